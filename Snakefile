@@ -1,0 +1,54 @@
+# leanlm: reproduce Xue (2025) end to end. See README.md.
+#
+#   snakemake --cores all                                   # default: the smoke profile (CPU, minutes)
+#   snakemake --cores all --configfile params/paper.yaml     # the thesis's scale (GPUs)
+#   snakemake --cores 1 analytic [--configfile ...]          # counting tables/figures only, seconds
+#   snakemake --profile workflow/profiles/slurm --configfile params/paper.yaml
+#
+# The profile file is validated (workflow/schemas/) before any job runs. Every rule runs a `leanlm`
+# command; every hyperparameter reaches a rule through `params:` (only the sub-dict it needs), so a
+# changed value reruns exactly the jobs that depend on it.
+
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+from leanlm.config import load_config, runs
+from leanlm.provenance import code_version
+
+PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smoke.yaml"
+CFG = load_config(PARAMS_FILE)
+PROFILE = CFG["profile"]
+RUNS = {run.run_id: run for run in runs(CFG)}
+TABLES = yaml.safe_load(Path("params/tables.yaml").read_text())
+
+# Rules call `leanlm`/`dvc` from the environment Snakemake itself runs in, even when it was started
+# as .venv/bin/snakemake without activating the venv.
+shell.prefix(f'export PATH="{Path(sys.executable).parent}:$PATH"; set -euo pipefail; ')
+
+wildcard_constraints:
+    profile=PROFILE,
+    run_id="|".join(RUNS) or "NONE",
+    family="[a-z0-9_]+",
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/finetune.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        result_tables(),
+        analytic_outputs(),
+        pdf_target(),
+    default_target: True
+
+
+rule analytic:
+    input:
+        analytic_outputs(),

@@ -1,0 +1,189 @@
+"""``leanlm <stage> ...``: what every Snakemake rule runs, and what a person can run by hand.
+
+Every stage reads the whole profile (``--params params/<profile>.yaml``, default params/smoke.yaml),
+validates it, and does one job. Mistakes a person can fix (:class:`leanlm.errors.LeanLMError`) are
+printed as one clear message with exit status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from leanlm.errors import LeanLMError
+
+
+def _params_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--params",
+        default=None,
+        metavar="FILE",
+        help="profile to use (default: params/smoke.yaml)",
+    )
+
+
+def _config(args):
+    from leanlm.config import load_config
+
+    return load_config(args.params)
+
+
+def cmd_validate(args) -> None:
+    from leanlm.config import runs
+
+    config = _config(args)
+    print(f"{config['_params_file']}: valid; profile {config['profile']!r}, source {config['source']!r}")
+    for run in runs(config):
+        print(f"  {run.run_id}: {run.backbone} {run.attention}, pretrain {run.objective}, fine-tune {', '.join(run.finetune)}")
+
+
+def cmd_data(args) -> None:
+    from leanlm.data.stages import run_stage
+
+    run_stage(args.stage, _config(args))
+
+
+def cmd_pretrain(args) -> None:
+    from leanlm.training.pretrain import pretrain
+
+    pretrain(_config(args), args.run)
+
+
+def cmd_finetune(args) -> None:
+    from leanlm.training.finetune import finetune
+
+    finetune(_config(args), args.run, args.family)
+
+
+def cmd_aggregate(args) -> None:
+    from leanlm.reporting.aggregate import main
+
+    main(_config(args)["profile"])
+
+
+def cmd_render(args) -> None:
+    from leanlm.reporting.render import render_table
+
+    config = _config(args)
+    for path in render_table(config["profile"], args.table, config):
+        print(path)
+
+
+def cmd_analytic(args) -> None:
+    from leanlm.reporting.analytic import main
+
+    main(_config(args)["profile"], args.item)
+
+
+def cmd_pdf(args) -> None:
+    from leanlm.reporting.latex import build_pdf
+
+    out = build_pdf(_config(args)["profile"])
+    print(out if out else "pdflatex not found: tables.pdf not built (the .tex files are there)")
+
+
+def cmd_bench(args) -> None:
+    from leanlm.bench import format_report, run_bench
+
+    report = run_bench(
+        size=args.size,
+        attention=args.attention,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        steps=args.steps,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    print(format_report(report))
+    if args.out:
+        from leanlm.io import write_json
+
+        write_json(args.out, report)
+
+
+def cmd_export_hf(args) -> None:
+    from leanlm.modeling.checkpoint import export_hf
+
+    export_hf(args.checkpoint, args.out)
+    print(args.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leanlm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<stage>")
+
+    p = sub.add_parser("validate", help="validate a profile and list its runs")
+    _params_arg(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("data", help="one data stage (run by `dvc repro`)")
+    p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks"])
+    _params_arg(p)
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("pretrain", help="pretrain one model of the experiment matrix")
+    _params_arg(p)
+    p.add_argument("--run", required=True, help="run id, e.g. ch3_encoder-mhe_mul (see `leanlm validate`)")
+    p.set_defaults(func=cmd_pretrain)
+
+    p = sub.add_parser("finetune", help="fine-tune and evaluate one model on one task family, all seeds")
+    _params_arg(p)
+    p.add_argument("--run", required=True)
+    p.add_argument("--family", required=True, help="task family, e.g. glue")
+    p.set_defaults(func=cmd_finetune)
+
+    p = sub.add_parser("aggregate", help="all run metrics -> results/<profile>/all_runs.csv")
+    _params_arg(p)
+    p.set_defaults(func=cmd_aggregate)
+
+    p = sub.add_parser("render", help="render one thesis table (.tex + .csv) from the aggregated results")
+    _params_arg(p)
+    p.add_argument("--table", required=True, help="e.g. table_3_1")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("analytic", help="tables and figures that need no training (parameter counts, memory)")
+    _params_arg(p)
+    p.add_argument("--item", default=None, help="one item (e.g. table_3_13); default: all")
+    p.set_defaults(func=cmd_analytic)
+
+    p = sub.add_parser("pdf", help="compile paper_tables/<profile>/tables.pdf (needs pdflatex)")
+    _params_arg(p)
+    p.set_defaults(func=cmd_pdf)
+
+    p = sub.add_parser("bench", help="pretraining throughput (tokens/s; MFU on GPU) for a named configuration")
+    p.add_argument("--size", default="base", help="backbone size, e.g. base (BERT-base) or tiny")
+    p.add_argument("--attention", default="mha", help="attention variant, e.g. mha, mhe_mul")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16")
+    p.add_argument("--out", default=None, help="also write the report as JSON here")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("export-hf", help="export a checkpoint in a Hugging Face compatible layout")
+    p.add_argument("checkpoint", help="models/<profile>/<run_id>")
+    p.add_argument("out", help="output directory")
+    p.set_defaults(func=cmd_export_hf)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        args.func(args)
+    except LeanLMError as exc:
+        print(f"leanlm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Load and validate a profile (params/<profile>.yaml) and the experiment matrix (params/experiments/).
+
+Validation happens before any job runs (the Snakefile calls :func:`load_config` at parse time, and so
+does every ``leanlm`` subcommand): an unknown key, an unknown variant name or a wrong type fails with a
+message naming the file, the key and the allowed values.
+
+The resolved config is the profile dict plus two keys the loader adds:
+
+- ``_params_file``: the path it was read from (rules pass it on to ``leanlm`` commands);
+- ``_matrix``: the experiment families the profile selects, from ``params/experiments/*.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from leanlm import paths
+from leanlm.errors import ConfigError
+
+# Run fields that override the profile's backbone size (e.g. an SHA run with one head).
+MODEL_OVERRIDES = ("n_layers", "n_heads", "head_dim", "d_model")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pretrained model of the experiment matrix at the profile's scale."""
+
+    experiment: str
+    name: str
+    backbone: str
+    objective: str
+    finetune: tuple[str, ...]
+    model: dict[str, Any] = field(hash=False)
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.experiment}-{self.name}"
+
+    @property
+    def attention(self) -> str:
+        return self.model["attention"]
+
+
+def _schema(name: str) -> dict:
+    path = paths.project_root() / "workflow" / "schemas" / name
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read_yaml(path: Path) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"params file {path} does not exist; profiles live in params/<profile>.yaml")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"key {where + '.' if where != '(top level)' else ''}{extra[0]} is not allowed; allowed keys: {', '.join(allowed)}"
+    if error.validator == "propertyNames":
+        allowed = schema.get("propertyNames", {}).get("enum")
+        bad = error.message.split(" ")[0]
+        if allowed:
+            return f"key {where}.{bad.strip(chr(39))} is not allowed; allowed: {', '.join(map(str, allowed))}"
+    if error.validator == "enum":
+        return f"key {where} = {error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
+    if error.validator == "required":
+        return f"key {where}: {error.message}"
+    return f"key {where} = {error.instance!r}: {error.message}"
+
+
+def _validate(instance: Any, schema: dict, source: Path) -> None:
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        lines = [f"{source}: {_describe(best)}"]
+        others = [e for e in errors if e is not best]
+        lines += [f"  also: {_describe(e)}" for e in others[:4]]
+        raise ConfigError("\n".join(lines))
+
+
+@lru_cache(maxsize=8)
+def _load_matrix_cached(directory: str) -> dict:
+    matrix: dict[str, Any] = {}
+    origin: dict[str, Path] = {}
+    schema = _schema("experiments.schema.json")
+    for path in sorted(Path(directory).glob("*.yaml")):
+        doc = _read_yaml(path) or {}
+        _validate(doc, schema, path)
+        for name, experiment in doc.items():
+            if name in matrix:
+                raise ConfigError(f"{path}: experiment {name!r} is already defined in {origin[name]}")
+            matrix[name] = experiment
+            origin[name] = path
+    return matrix
+
+
+def load_matrix(directory: Path | None = None) -> dict:
+    """Every experiment family of every params/experiments/*.yaml file, validated."""
+    return _load_matrix_cached(str(directory or paths.params_dir() / "experiments"))
+
+
+def load_config(params_file: str | Path | None = None) -> dict:
+    """Read, validate and resolve a profile. ``None`` means the default profile, params/smoke.yaml."""
+    path = Path(params_file) if params_file else paths.params_dir() / "smoke.yaml"
+    if not path.is_absolute():
+        path = paths.project_root() / path
+    config = _read_yaml(path)
+    _validate(config, _schema("params.schema.json"), path)
+    matrix = load_matrix()
+    config["_params_file"] = str(path)
+    config["_matrix"] = {}
+    for name in config["experiments"]:
+        if name not in matrix:
+            raise ConfigError(
+                f"{path}: key experiments lists {name!r}, which no params/experiments/*.yaml defines; "
+                f"known: {', '.join(sorted(matrix))}"
+            )
+        config["_matrix"][name] = matrix[name]
+    _check_combinations(config, path)
+    return config
+
+
+def _check_combinations(config: dict, path: Path) -> None:
+    """Cross-file checks the schema cannot express: names that must exist elsewhere."""
+    from leanlm.modeling.attention import ATTENTION  # imported late: it pulls in torch
+
+    for name, experiment in config["_matrix"].items():
+        where = f"params/experiments (experiment {name!r})"
+        if experiment["backbone"] not in config["models"]:
+            raise ConfigError(
+                f"{path}: experiment {name!r} needs backbone {experiment['backbone']!r} but key models has "
+                f"only {', '.join(config['models'])}; add models.{experiment['backbone']}"
+            )
+        if experiment["objective"] not in config["pretrain"]:
+            raise ConfigError(
+                f"{path}: experiment {name!r} pretrains with {experiment['objective']!r}; add pretrain.{experiment['objective']}"
+            )
+        for family in experiment["finetune"]:
+            if family not in config["finetune"]:
+                raise ConfigError(f"{path}: experiment {name!r} fine-tunes on {family!r}; add finetune.{family}")
+        for run_name, run in experiment["runs"].items():
+            if run["attention"] not in ATTENTION:
+                raise ConfigError(
+                    f"{where}: run {run_name!r} has attention {run['attention']!r}, which is not a registered "
+                    f"variant; allowed: {', '.join(ATTENTION.names())}"
+                )
+    for run in runs(config):
+        m = run.model
+        if m["n_heads"] * m["head_dim"] != m["d_model"]:
+            raise ConfigError(
+                f"{path}: run {run.run_id} has n_heads x head_dim = {m['n_heads']} x {m['head_dim']} != "
+                f"d_model = {m['d_model']} (the thesis sets d_m = n d_h, Table 3.4)"
+            )
+    for family, settings in config["finetune"].items():
+        from leanlm.data.tasks import get_task
+
+        for task in settings["tasks"]:
+            try:
+                spec = get_task(task)
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: key finetune.{family}.tasks: {exc}") from None
+            if spec.family != family:
+                raise ConfigError(f"{path}: task {task!r} belongs to family {spec.family!r}, not {family!r}")
+        if isinstance(settings["eval_every"], dict):
+            unknown = sorted(set(settings["eval_every"]) - set(settings["tasks"]))
+            if unknown:
+                raise ConfigError(f"{path}: key finetune.{family}.eval_every names tasks not in the family: {unknown}")
+
+
+def runs(config: dict) -> list[Run]:
+    """The pretrained models a profile runs, in matrix order."""
+    out = []
+    for experiment_name, experiment in config["_matrix"].items():
+        size = config["models"][experiment["backbone"]]
+        for run_name, fields in experiment["runs"].items():
+            model = {"backbone": experiment["backbone"], **size, **fields}
+            out.append(
+                Run(
+                    experiment=experiment_name,
+                    name=run_name,
+                    backbone=experiment["backbone"],
+                    objective=experiment["objective"],
+                    finetune=tuple(experiment["finetune"]),
+                    model=model,
+                )
+            )
+    return out
+
+
+def get_run(config: dict, run_id: str) -> Run:
+    for run in runs(config):
+        if run.run_id == run_id:
+            return run
+    known = ", ".join(r.run_id for r in runs(config))
+    raise ConfigError(f"{config['_params_file']}: no run {run_id!r} in this profile; known: {known}")
+
+
+def public(config: dict) -> dict:
+    """The config without the loader's private keys (for metrics JSON and Snakemake params)."""
+    return {k: v for k, v in config.items() if not k.startswith("_")}

@@ -1,0 +1,179 @@
+"""``leanlm finetune``: fine-tune one pretrained model on every task of a family, every seed.
+
+One job per (model, family) keeps Snakemake's per-job overhead negligible; inside it each
+(task, seed) starts from the same pretrained encoder with a freshly seeded head, trains with the
+shared engine (early stopping on the task's primary metric, evaluated on the dev split as the
+thesis reports dev-set scores), and is scored with the thesis's metric. Everything lands in one
+``results/<profile>/runs/<run_id>/<family>.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+
+import torch
+
+from leanlm import paths
+from leanlm.config import get_run
+from leanlm.data.tasks import get_task
+from leanlm.data.tokenizer import load_tokenizer
+from leanlm.errors import ConfigError, DataError
+from leanlm.evaluation.metrics import compute_all
+from leanlm.io import read_jsonl, write_json
+from leanlm.modeling.checkpoint import load_model
+from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
+from leanlm.provenance import hardware
+from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.seeding import seed_everything
+from leanlm.training.text_batches import collate, encode_examples, example_indices
+
+log = logging.getLogger(__name__)
+
+
+def _load_split(profile: str, task: str, split: str) -> list[dict]:
+    path = paths.data_dir(profile) / "tasks" / task / f"{split}.jsonl"
+    if not path.is_file():
+        raise DataError(f"task file {path} is missing; run the data stage (`snakemake data` or `dvc repro tasks@{profile}`)")
+    rows = read_jsonl(path)
+    if not rows:
+        raise DataError(f"task file {path} is empty")
+    return rows
+
+
+class TaskBatches:
+    """``batch_at(step, micro)`` over encoded task examples, reshuffled every epoch by the seed."""
+
+    def __init__(self, encoded, labels, batch_size: int, grad_accum: int, seed: int, pad_id: int, regression: bool):
+        self.encoded, self.batch_size, self.grad_accum = encoded, batch_size, grad_accum
+        self.seed, self.pad_id = seed, pad_id
+        self.labels = torch.tensor(labels, dtype=torch.float if regression else torch.long)
+
+    def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
+        start = (step * self.grad_accum + micro) * self.batch_size
+        idx = example_indices(len(self.encoded), self.seed, start, self.batch_size).tolist()
+        batch = collate([self.encoded[i] for i in idx], self.pad_id)
+        batch["labels"] = self.labels[idx]
+        return batch
+
+
+@torch.no_grad()
+def predict(model, encoded, pad_id: int, regression: bool, batch_size: int = 64) -> list:
+    model.eval()
+    device = next(model.parameters()).device
+    preds: list = []
+    for start in range(0, len(encoded), batch_size):
+        batch = {k: v.to(device) for k, v in collate(encoded[start : start + batch_size], pad_id).items()}
+        logits = model(**batch)["logits"].float()
+        preds.extend(logits.squeeze(-1).tolist() if regression else logits.argmax(-1).tolist())
+    model.train()
+    return preds
+
+
+def _eval_every(settings: dict, task: str, steps_per_epoch: int) -> int:
+    value = settings["eval_every"]
+    if isinstance(value, dict):
+        value = value.get(task)
+    return int(value) if value else steps_per_epoch
+
+
+def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
+    profile, settings = config["profile"], config["finetune"][family]
+    spec = get_task(task)
+    regression = spec.label_kind == "regression"
+    pad_id = tokenizer.token_to_id("[PAD]")
+    train_rows = _load_split(profile, task, "train")
+    dev_rows = _load_split(profile, task, "validation")
+    test_rows = _load_split(profile, task, "test")
+    train_enc = encode_examples(tokenizer, train_rows, settings["max_seq_len"])
+    dev_enc = encode_examples(tokenizer, dev_rows, settings["max_seq_len"])
+    test_enc = encode_examples(tokenizer, test_rows, settings["max_seq_len"])
+    dev_labels = [r["label"] for r in dev_rows]
+
+    seed_everything(seed)
+    model = load_model(paths.models_dir(profile) / run_id, kind="classification", num_labels=spec.num_labels)
+    steps_per_epoch = math.ceil(len(train_rows) / settings["batch_size"])
+    total_steps = settings["epochs"] * steps_per_epoch
+
+    def evaluate(m) -> dict:
+        return compute_all(spec.metrics, predict(m, dev_enc, pad_id, regression), dev_labels)
+
+    scratch = paths.models_dir(profile) / run_id / "finetune" / f"{task}-seed{seed}"
+    trainer = Trainer(
+        model,
+        TrainConfig(
+            total_steps=total_steps,
+            lr=settings["lr"],
+            schedule=settings["schedule"],
+            warmup_steps=int(round(settings["warmup_ratio"] * total_steps)),
+            weight_decay=settings["weight_decay"],
+            adam_betas=tuple(settings["adam_betas"]),
+            adam_eps=settings["adam_eps"],
+            clip_norm=settings["clip_norm"],
+            seed=seed,
+            eval_every=_eval_every(settings, task, steps_per_epoch),
+            early_stopping_patience=settings["early_stopping_patience"],
+            desc=f"{run_id} {task} seed {seed}",
+        ),
+        TaskBatches(train_enc, [r["label"] for r in train_rows], settings["batch_size"], 1, seed, pad_id, regression),
+        run_dir=scratch,
+        evaluate=evaluate,
+        primary_metric=spec.primary_metric,
+        higher_is_better=True,
+    )
+    started = time.time()
+    summary = trainer.fit()
+    metrics = evaluate(model)  # the best state is restored by the engine
+    test_metrics = compute_all(spec.metrics, predict(model, test_enc, pad_id, regression), [r["label"] for r in test_rows])
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {
+        "task": task,
+        "seed": seed,
+        "metrics": metrics,
+        "test_metrics": test_metrics,
+        "primary_metric": spec.primary_metric,
+        "primary": metrics[spec.primary_metric],
+        "best_step": summary.get("best_step"),
+        "steps": total_steps,
+        "train_examples": len(train_rows),
+        "validation_examples": len(dev_rows),
+        "train_seconds": time.time() - started,
+    }
+
+
+def finetune(config: dict, run_id: str, family: str) -> dict:
+    run = get_run(config, run_id)
+    if family not in run.finetune:
+        raise ConfigError(f"run {run_id} is not fine-tuned on {family!r}; its families: {', '.join(run.finetune)}")
+    profile = config["profile"]
+    started = time.time()
+    tokenizer = load_tokenizer(profile)
+    results = []
+    for task in config["finetune"][family]["tasks"]:
+        for seed in config["seeds"]:
+            result = finetune_task(config, run_id, family, task, seed, tokenizer)
+            log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])
+            results.append(result)
+    probe = load_model(paths.models_dir(profile) / run_id, kind="mlm")
+    record = {
+        "profile": profile,
+        "experiment": run.experiment,
+        "run": run.name,
+        "run_id": run_id,
+        "family": family,
+        "model": probe.config.to_dict() if hasattr(probe, "config") else run.model,
+        "finetune": config["finetune"][family],
+        "seeds": config["seeds"],
+        "parameters": {
+            "total": total_parameters(probe),
+            "attention": model_attention_parameters(probe),
+            "embedding": embedding_parameters(probe),
+        },
+        "results": results,
+        "timing": {"seconds": time.time() - started},
+        "hardware": hardware(),
+    }
+    write_json(paths.results_dir(profile) / "runs" / run_id / f"{family}.json", record)
+    return record

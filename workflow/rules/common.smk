@@ -1,0 +1,42 @@
+# Helpers shared by the rule files: which outputs a profile produces.
+
+P = f"--params {PARAMS_FILE}"
+
+
+def run_dir(run_id):
+    return f"models/{PROFILE}/{run_id}"
+
+
+def family_results():
+    return [
+        f"results/{PROFILE}/runs/{run_id}/{family}.json"
+        for run_id, run in RUNS.items()
+        for family in run.finetune
+    ]
+
+
+def outputs_of(name):
+    return [f"paper_tables/{PROFILE}/{name}.{ext}" for ext in TABLES[name]["outputs"]]
+
+
+def result_tables():
+    """Tables rendered from runs whose experiments this profile runs."""
+    wanted = set(CFG["experiments"])
+    return [
+        path
+        for name, spec in TABLES.items()
+        if spec["kind"] == "results" and set(spec["experiments"]) <= wanted
+        for path in outputs_of(name)
+    ]
+
+
+def analytic_outputs():
+    return [path for name, spec in TABLES.items() if spec["kind"] == "analytic" for path in outputs_of(name)]
+
+
+def pdf_target():
+    # tables.pdf needs pdflatex (Debian: texlive-latex-recommended; `make setup` installs it).
+    if shutil.which("pdflatex"):
+        return [f"paper_tables/{PROFILE}/tables.pdf"]
+    print("leanlm: pdflatex not found, tables.pdf is skipped (the .tex tables are still rendered)", file=sys.stderr)
+    return []

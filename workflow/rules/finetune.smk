@@ -1,0 +1,19 @@
+# One job per (pretrained model, task family); the seeds run inside the job.
+
+
+rule finetune:
+    input:
+        data_inputs("tasks", "tokenizer"),
+        model="models/{profile}/{run_id}/model.safetensors",
+    output:
+        "results/{profile}/runs/{run_id}/{family}.json",
+    params:
+        finetune=lambda w: CFG["finetune"][w.family],
+        seeds=CFG["seeds"],
+        data=DATA_PARAMS,
+        code=code_version("modeling", "training", "evaluation", "data/tasks"),
+    threads: 1
+    resources:
+        gpu=1 if PROFILE == "paper" else 0,
+    shell:
+        "OMP_NUM_THREADS={threads} leanlm finetune {P} --run {wildcards.run_id} --family {wildcards.family}"
