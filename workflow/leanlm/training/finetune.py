@@ -28,7 +28,8 @@ from leanlm.modeling.counting import embedding_parameters, model_attention_param
 from leanlm.provenance import hardware
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.seeding import seed_everything
-from leanlm.training.text_batches import collate, encode_examples, example_indices
+from leanlm.training.schedules import warmup_steps_from_ratio
+from leanlm.training.text_batches import collate, encode_examples, example_indices, micro_batches_per_step
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,13 @@ class TaskBatches:
     """``batch_at(step, micro)`` over encoded task examples, reshuffled every epoch by the seed."""
 
     def __init__(self, encoded, labels, batch_size: int, grad_accum: int, seed: int, pad_id: int, regression: bool):
-        self.encoded, self.batch_size, self.grad_accum = encoded, batch_size, grad_accum
+        self.encoded, self.batch_size = encoded, batch_size
+        self.per_step = micro_batches_per_step(grad_accum)
         self.seed, self.pad_id = seed, pad_id
         self.labels = torch.tensor(labels, dtype=torch.float if regression else torch.long)
 
     def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
-        start = (step * self.grad_accum + micro) * self.batch_size
+        start = (step * self.per_step + micro) * self.batch_size
         idx = example_indices(len(self.encoded), self.seed, start, self.batch_size).tolist()
         batch = collate([self.encoded[i] for i in idx], self.pad_id)
         batch["labels"] = self.labels[idx]
@@ -107,7 +109,7 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
             total_steps=total_steps,
             lr=settings["lr"],
             schedule=settings["schedule"],
-            warmup_steps=int(round(settings["warmup_ratio"] * total_steps)),
+            warmup_steps=warmup_steps_from_ratio(total_steps, settings["warmup_ratio"]),
             weight_decay=settings["weight_decay"],
             adam_betas=tuple(settings["adam_betas"]),
             adam_eps=settings["adam_eps"],

@@ -31,8 +31,13 @@ from leanlm.modeling.heads import BertForMLM
 from leanlm.provenance import hardware
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.objectives import mlm_mask, pack_sequences
-from leanlm.training.seeding import seed_everything
-from leanlm.training.text_batches import example_indices, read_documents, step_generator, tokenize_documents
+from leanlm.training.seeding import seed_everything, step_generator
+from leanlm.training.text_batches import (
+    example_indices,
+    micro_batches_per_step,
+    read_documents,
+    tokenize_documents,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +52,11 @@ class MLMBatches:
         self.sequences = sequences
         self.special = torch.tensor(sorted(special_ids), dtype=torch.long)
         self.mask_id, self.vocab_size, self.mask_prob = mask_id, vocab_size, mask_prob
-        self.batch_size, self.grad_accum, self.seed = batch_size, grad_accum, seed
+        self.batch_size, self.seed = batch_size, seed
+        self.per_step = micro_batches_per_step(grad_accum)
 
     def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
-        start = (step * self.grad_accum + micro) * self.batch_size
+        start = (step * self.per_step + micro) * self.batch_size
         rows = self.sequences[example_indices(len(self.sequences), self.seed, start, self.batch_size)]
         return self.masked(rows, step_generator(self.seed, step, micro))
 

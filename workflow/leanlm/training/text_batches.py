@@ -7,6 +7,7 @@ what makes resume-after-kill exact.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,10 @@ def example_indices(n: int, seed: int, start: int, count: int) -> torch.Tensor:
     return torch.tensor(out, dtype=torch.long)
 
 
-def step_generator(seed: int, step: int, micro: int) -> torch.Generator:
-    """A generator for the random choices of one micro-batch (e.g. MLM masks)."""
-    return torch.Generator().manual_seed((seed * 1_000_003 + step) * 1_009 + micro)
+def micro_batches_per_step(grad_accum: int) -> int:
+    """Micro-batches consumed per optimizer step across all ranks (the engine gives rank r the
+    micro indices r, r + world_size, ...), so consecutive steps never reuse examples under DDP."""
+    return grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def read_documents(path: Path) -> list[str]:

@@ -1,0 +1,113 @@
+"""Profiles are validated before anything runs; errors name the file, the key and what is allowed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from leanlm.config import get_run, load_config, runs
+from leanlm.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A scratch project root with the real params/ and schemas, so tests can edit them."""
+    shutil.copytree(ROOT / "params", tmp_path / "params")
+    shutil.copytree(ROOT / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
+    monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
+    from leanlm.config import _load_matrix_cached
+
+    _load_matrix_cached.cache_clear()
+    yield tmp_path
+    _load_matrix_cached.cache_clear()
+
+
+def edit(path: Path, change) -> None:
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@pytest.mark.parametrize("profile", ["smoke", "paper"])
+def test_shipped_profiles_are_valid(profile):
+    config = load_config(ROOT / "params" / f"{profile}.yaml")
+    assert config["profile"] == profile
+    ids = [r.run_id for r in runs(config)]
+    assert ids == ["ch3_encoder-sha", "ch3_encoder-mha", "ch3_encoder-mhe_add", "ch3_encoder-mhe_mul"]
+
+
+def test_paper_profile_is_bert_base():
+    run = get_run(load_config(ROOT / "params" / "paper.yaml"), "ch3_encoder-mhe_mul")
+    assert (run.model["n_layers"], run.model["d_model"], run.model["n_heads"], run.model["head_dim"]) == (12, 768, 12, 64)
+    assert run.attention == "mhe_mul"
+
+
+def test_unknown_key_names_file_key_and_allowed(project):
+    path = project / "params" / "smoke.yaml"
+    edit(path, lambda d: d["models"]["bert"].update(n_layer=3))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert "smoke.yaml" in msg and "n_layer" in msg and "n_layers" in msg
+
+
+def test_wrong_type_names_the_key(project):
+    path = project / "params" / "smoke.yaml"
+    edit(path, lambda d: d["pretrain"]["mlm"].update(steps="many"))
+    with pytest.raises(ConfigError, match=r"pretrain\.mlm\.steps"):
+        load_config(path)
+
+
+def test_unknown_schedule_lists_allowed_values(project):
+    path = project / "params" / "smoke.yaml"
+    edit(path, lambda d: d["finetune"]["glue"].update(schedule="triangular"))
+    with pytest.raises(ConfigError, match="cosine_with_hard_restarts"):
+        load_config(path)
+
+
+def test_unknown_attention_variant_lists_registered_ones(project):
+    edit(project / "params" / "experiments" / "ch3.yaml", lambda d: d["ch3_encoder"]["runs"]["mha"].update(attention="mhx"))
+    with pytest.raises(ConfigError) as err:
+        load_config(project / "params" / "smoke.yaml")
+    assert "mhx" in str(err.value) and "mhe_mul" in str(err.value)
+
+
+def test_unknown_experiment_is_named(project):
+    path = project / "params" / "smoke.yaml"
+    edit(path, lambda d: d.update(experiments=["ch3_encoder", "ch9_nothing"]))
+    with pytest.raises(ConfigError, match="ch9_nothing"):
+        load_config(path)
+
+
+def test_unknown_task_is_named(project):
+    path = project / "params" / "smoke.yaml"
+    edit(path, lambda d: d["finetune"]["glue"].update(tasks=["sst2", "imdb"]))
+    with pytest.raises(ConfigError, match="imdb"):
+        load_config(path)
+
+
+def test_heads_times_head_dim_must_equal_width(project):
+    path = project / "params" / "smoke.yaml"
+    edit(path, lambda d: d["models"]["bert"].update(head_dim=8))
+    with pytest.raises(ConfigError, match="d_model"):
+        load_config(path)
+
+
+def test_malformed_yaml_and_missing_file(project):
+    path = project / "params" / "smoke.yaml"
+    path.write_text("profile: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(project / "params" / "nope.yaml")
+
+
+def test_unknown_run_id(project):
+    config = load_config(project / "params" / "smoke.yaml")
+    with pytest.raises(ConfigError, match="ch3_encoder-mha"):
+        get_run(config, "ch3_encoder-xyz")

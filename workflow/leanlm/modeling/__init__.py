@@ -1,0 +1,25 @@
+"""The model library: configs, attention variants, the BERT encoder, task heads, counting, checkpoints.
+
+    from leanlm.modeling import ModelConfig, BertForMLM
+    model = BertForMLM(ModelConfig.preset("base", attention="mhe_mul"))
+"""
+
+from leanlm.modeling.attention import ATTENTION, Attention, build_attention
+from leanlm.modeling.checkpoint import export_hf, load_model, read_checkpoint_meta, save_checkpoint
+from leanlm.modeling.config import PRESETS, ModelConfig
+from leanlm.modeling.counting import (
+    attention_formula,
+    attention_parameters,
+    embedding_parameters,
+    model_attention_parameters,
+    total_parameters,
+)
+from leanlm.modeling.encoder import BertEncoder
+from leanlm.modeling.heads import BertForMLM, BertForSequenceClassification, from_pretrained_encoder
+
+__all__ = [
+    "ATTENTION", "Attention", "build_attention", "ModelConfig", "PRESETS", "BertEncoder",
+    "BertForMLM", "BertForSequenceClassification", "from_pretrained_encoder", "save_checkpoint",
+    "load_model", "read_checkpoint_meta", "export_hf", "attention_parameters",
+    "model_attention_parameters", "total_parameters", "embedding_parameters", "attention_formula",
+]

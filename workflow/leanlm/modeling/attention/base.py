@@ -1,0 +1,169 @@
+"""The skeleton every softmax attention variant shares, and the registry that names them.
+
+An attention sublayer here is: project the input to queries, keys and values -> split them into
+heads -> ``F.scaled_dot_product_attention`` -> merge the heads -> output projection (d_m x d_m when
+``n_heads * head_dim == d_model``). Variants differ only in how they project (MHA: one matrix per
+head; SHA: one shared head; MHE: one shared head modified by per-head embeddings; MQA: shared K/V;
+...), so a variant is a constructor that builds its projections, plus, where needed, an override of
+:meth:`Attention.project` or :meth:`Attention.merge_heads`, plus its Table 3.4 row
+(:meth:`qkv_parameter_formula` and the LaTeX strings). Token mixers that are not softmax attention
+(FNet, Linear) override :meth:`Attention.forward` and keep the same signature.
+
+Heads are laid out ``(batch, heads, length, head_dim)``. A projection may return a single head
+(``heads == 1``) for some of Q, K, V: it is broadcast over the other tensors' heads without a copy.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from leanlm.registry import Registry
+
+ATTENTION: Registry[type["Attention"]] = Registry("attention")
+
+
+class Attention(nn.Module, abc.ABC):
+    """Base class of the attention registry's variants.
+
+    Args:
+        d_model: width of the residual stream (d_m).
+        n_heads: number of attention heads (n).
+        head_dim: dimension of each head (d_h; the thesis fixes it to 64).
+        dropout: dropout on the attention probabilities, applied only in training.
+        causal: mask future keys (decoders).
+        bias: give the projections biases (BERT does; counts exclude them either way).
+    """
+
+    # Table 3.4 row: memory complexity in n and the LaTeX of the Q/K/V parameter count (output
+    # projection excluded) and of its excess over SHA. Each variant sets its own.
+    complexity: ClassVar[str] = ""
+    params_latex: ClassVar[str] = ""
+    params_extra_latex: ClassVar[str] = ""
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int, dropout: float = 0.0,
+                 causal: bool = False, bias: bool = True):
+        super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("head_dim", head_dim)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"{type(self).__name__}: {name}={value!r} must be a positive integer")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"{type(self).__name__}: dropout={dropout!r} must be in [0, 1)")
+        self.d_model = int(d_model)
+        self.n_heads = int(n_heads)
+        self.head_dim = int(head_dim)
+        self.dropout = float(dropout)
+        self.causal = bool(causal)
+        self.bias = bool(bias)
+        # n head slots of d_h each are pooled by one projection back to d_m (W^O).
+        self.output = nn.Linear(self.n_heads * self.head_dim, self.d_model, bias=self.bias)
+
+    # ----------------------------------------------------------------- what a variant defines
+    @staticmethod
+    @abc.abstractmethod
+    def qkv_parameter_formula(n: int, d: int) -> int:
+        """Closed form of Table 3.4: Q/K/V weights of one sublayer with n heads of dim d, d_m = n*d."""
+
+    def project(self, x: torch.Tensor, memory: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries from ``x``, keys and values from ``memory``, each ``(B, heads, L, d_h)``.
+
+        The default uses the ``query``/``key``/``value`` linear layers the subclass builds; the
+        number of heads each returns is its output width over ``head_dim``.
+        """
+        return (self.split_heads(self.query(x)),
+                self.split_heads(self.key(memory)),
+                self.split_heads(self.value(memory)))
+
+    def merge_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        """``(B, n, L, d_h)`` -> ``(B, L, n*d_h)``, the input of the output projection."""
+        batch, n, length, dim = heads.shape
+        return heads.transpose(1, 2).reshape(batch, length, n * dim)
+
+    def init_extra_parameters(self, std: float) -> None:
+        """Initialise parameters that are not nn.Linear/nn.Embedding (e.g. head embeddings).
+
+        The model's BERT-style init handles linear layers; variants with other parameters override
+        this. The base variant has none, so there is nothing to do.
+        """
+
+    @property
+    def score_heads(self) -> int:
+        """How many distinct attention maps the variant computes (FLOP counting): n by default."""
+        return self.n_heads
+
+    # ----------------------------------------------------------------- the shared skeleton
+    def linear(self, d_in: int, d_out: int) -> nn.Linear:
+        """A projection with the sublayer's bias setting."""
+        return nn.Linear(d_in, d_out, bias=self.bias)
+
+    def split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """``(B, L, h*d_h)`` -> ``(B, h, L, d_h)``; h is inferred from the width."""
+        batch, length, width = t.shape
+        return t.view(batch, length, width // self.head_dim, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                kv: torch.Tensor | None = None) -> torch.Tensor:
+        """Attend from ``x`` (B, L, d_m) to itself, or to ``kv`` (B, L_kv, d_m) for cross-attention.
+
+        ``attention_mask`` is (B, L_kv), 1 for real tokens and 0 for padding. Returns (B, L, d_m).
+        """
+        memory = x if kv is None else kv
+        q, k, v = self.project(x, memory)
+        heads = self.attend(q, k, v, attention_mask)
+        return self.output(self.merge_heads(heads))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Scaled dot-product attention (eq. 3.3) over all heads at once."""
+        n = max(q.size(1), k.size(1), v.size(1))
+        # A single shared head (SHA's, MQA's K/V) is broadcast as a stride-0 view, not copied.
+        q, k, v = (t if t.size(1) == n else t.expand(-1, n, -1, -1) for t in (q, k, v))
+        mask, is_causal = self.attention_bias(attention_mask, q.size(-2), k.size(-2), q)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+        )
+
+    def attention_bias(self, attention_mask: torch.Tensor | None, q_len: int, kv_len: int,
+                       like: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
+        """The additive mask for SDPA and whether SDPA's own causal path can be used instead.
+
+        Without padding, causal self-attention uses ``is_causal=True`` (no mask tensor: the
+        fastest kernels). Otherwise masked positions get the dtype's most negative finite value
+        rather than -inf, so a query whose keys are all masked gets uniform weights, not NaN.
+        The causal mask is aligned to the end (query i sees keys j <= i + kv_len - q_len), which
+        is what a decoder attending over cached keys needs.
+        """
+        if attention_mask is None:
+            if not self.causal:
+                return None, False
+            if q_len == kv_len:
+                return None, True
+        allowed = None
+        if attention_mask is not None:
+            if attention_mask.dim() != 2 or attention_mask.size(-1) != kv_len:
+                raise ValueError(
+                    f"attention_mask must be (batch, {kv_len}) with 1 for tokens and 0 for "
+                    f"padding, got shape {tuple(attention_mask.shape)}"
+                )
+            allowed = attention_mask.to(torch.bool)[:, None, None, :]
+        if self.causal:
+            causal = torch.ones(q_len, kv_len, dtype=torch.bool, device=like.device)
+            causal = causal.tril(diagonal=kv_len - q_len)
+            allowed = causal if allowed is None else allowed & causal
+        bias = torch.zeros(allowed.shape, dtype=like.dtype, device=like.device)
+        return bias.masked_fill(~allowed, torch.finfo(like.dtype).min), False
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, head_dim={self.head_dim}, "
+                f"dropout={self.dropout}, causal={self.causal}")
+
+
+def build_attention(name: str, **kwargs) -> Attention:
+    """Instantiate the attention variant registered as ``name`` (ConfigError if unknown)."""
+    return ATTENTION.get(name)(**kwargs)

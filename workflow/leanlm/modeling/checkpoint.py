@@ -1,0 +1,237 @@
+"""Checkpoints: ``model.safetensors`` + ``config.json`` in one directory, loadable with one call.
+
+``config.json`` holds the kind of model (``mlm`` or ``classification``), ``num_labels``, the
+:class:`ModelConfig`, the caller's ``extra`` (step, metrics, ...) and the names of tied tensors.
+safetensors refuses tensors that share memory, so each tied tensor is stored once and the aliases
+are filled in from it on load (the model ties them again by construction). Both files are written
+atomically, weights first: a directory with a config.json always has complete weights.
+
+:func:`export_hf` writes a Hugging Face BERT layout for MHA models, so they load in
+``transformers.BertForMaskedLM`` / ``BertForSequenceClassification`` / ``BertModel``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from leanlm.errors import ConfigError, LeanLMError, TrainingError
+from leanlm.io import atomic_path, write_json
+from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.heads import BertForMLM, BertForSequenceClassification, from_pretrained_encoder
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+FORMAT = "leanlm-checkpoint"
+FORMAT_VERSION = 1
+KINDS = {"mlm": BertForMLM, "classification": BertForSequenceClassification}
+
+
+def model_kind(model: nn.Module) -> str:
+    for kind, cls in KINDS.items():
+        if isinstance(model, cls):
+            return kind
+    raise TypeError(f"cannot checkpoint {type(model).__name__}; known kinds: {', '.join(KINDS)}")
+
+
+def _deduplicated_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """State dict with each shared tensor once, and ``{alias: stored key}`` for the others."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    owner: dict[tuple, str] = {}
+    for key, t in model.state_dict().items():
+        ident = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+                 tuple(t.stride()), t.dtype)
+        if ident in owner:
+            aliases[key] = owner[ident]
+        else:
+            owner[ident] = key
+            tensors[key] = t.detach().to("cpu").contiguous()
+    return tensors, aliases
+
+
+def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | os.PathLike,
+                    extra: dict[str, Any] | None = None) -> Path:
+    """Write ``model.safetensors`` and ``config.json`` into ``directory`` atomically; returns it."""
+    directory = Path(directory)
+    kind = model_kind(model)
+    tensors, aliases = _deduplicated_state(model)
+    with atomic_path(directory / WEIGHTS_NAME, suffix=".safetensors") as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    write_json(directory / CONFIG_NAME, {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "num_labels": getattr(model, "num_labels", None),
+        "model": config.to_dict(),
+        "tied": aliases,
+        "extra": extra or {},
+    })
+    return directory
+
+
+def read_checkpoint_meta(directory: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``config.json`` of a checkpoint (TrainingError naming the file if unusable)."""
+    path = Path(directory) / CONFIG_NAME
+    if not path.is_file():
+        raise TrainingError(f"checkpoint config {path} is missing; was the checkpoint written "
+                            f"completely? Re-run the stage that produces {Path(directory)}")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TrainingError(f"checkpoint config {path} is corrupt ({err}); delete the checkpoint "
+                            f"and re-run the stage that produces it") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("kind") not in KINDS:
+        raise TrainingError(f"{path} is not a leanlm checkpoint config (format {FORMAT!r} with "
+                            f"kind in {sorted(KINDS)})")
+    return meta
+
+
+def _read_weights(directory: Path, aliases: dict[str, str]) -> dict[str, torch.Tensor]:
+    path = directory / WEIGHTS_NAME
+    if not path.is_file():
+        raise TrainingError(f"checkpoint weights {path} are missing; re-run the stage that "
+                            f"produces {directory}")
+    try:
+        tensors = load_file(str(path))
+    except Exception as err:  # safetensors raises its own error types for truncated/garbled files
+        raise TrainingError(f"checkpoint weights {path} are corrupt ({type(err).__name__}: {err}); "
+                            f"delete the checkpoint and re-run the stage that produces it") from None
+    for alias, key in aliases.items():
+        if key not in tensors:
+            raise TrainingError(f"checkpoint weights {path} lack {key!r}, which {alias!r} is tied to")
+        tensors[alias] = tensors[key]
+    return tensors
+
+
+def load_model(directory: str | os.PathLike, kind: str = "mlm",
+               num_labels: int | None = None) -> nn.Module:
+    """Rebuild the model saved in ``directory`` on the CPU (in train mode; call ``.eval()`` to infer).
+
+    ``kind="classification"`` on an MLM checkpoint builds a fresh classifier with ``num_labels``
+    and loads the pretrained encoder into it (the fine-tuning start). ``num_labels`` defaults to
+    the saved one for classification checkpoints.
+    """
+    directory = Path(directory)
+    if kind not in KINDS:
+        raise ConfigError(f"unknown model kind {kind!r}; use one of {sorted(KINDS)}")
+    meta = read_checkpoint_meta(directory)
+    config_path = directory / CONFIG_NAME
+    try:
+        config = ModelConfig.from_dict(meta.get("model", {}), where=f"{config_path}: model")
+    except ConfigError as err:
+        raise TrainingError(f"checkpoint config is unusable: {err}") from None
+    tensors = _read_weights(directory, meta.get("tied", {}))
+    saved_kind = meta["kind"]
+    if kind == "mlm":
+        if saved_kind != "mlm":
+            raise TrainingError(f"{directory} holds a {saved_kind} model; an MLM model cannot be "
+                                f"loaded from it")
+        model = BertForMLM(config)
+    else:
+        labels = num_labels if num_labels is not None else meta.get("num_labels")
+        if labels is None:
+            raise ConfigError(f"loading {directory} (an MLM checkpoint) as a classifier needs "
+                              f"num_labels")
+        model = BertForSequenceClassification(config, labels)
+        if saved_kind == "mlm":
+            return from_pretrained_encoder(model, tensors)
+    try:
+        model.load_state_dict(tensors, strict=True)
+    except RuntimeError as err:
+        raise TrainingError(f"checkpoint weights {directory / WEIGHTS_NAME} do not fit its config "
+                            f"(kind={kind}, num_labels={num_labels}): {err}") from None
+    return model
+
+
+# --------------------------------------------------------------------------- Hugging Face export
+# Our parameter names -> Hugging Face BERT's. Order matters only for readability.
+_HF_RENAMES: list[tuple[str, str]] = [
+    (r"^encoder\.embeddings\.norm\.", "bert.embeddings.LayerNorm."),
+    (r"^encoder\.embeddings\.", "bert.embeddings."),
+    (r"^encoder\.layers\.(\d+)\.attention\.(query|key|value)\.", r"bert.encoder.layer.\1.attention.self.\2."),
+    (r"^encoder\.layers\.(\d+)\.attention\.output\.", r"bert.encoder.layer.\1.attention.output.dense."),
+    (r"^encoder\.layers\.(\d+)\.attention_norm\.", r"bert.encoder.layer.\1.attention.output.LayerNorm."),
+    (r"^encoder\.layers\.(\d+)\.intermediate\.", r"bert.encoder.layer.\1.intermediate.dense."),
+    (r"^encoder\.layers\.(\d+)\.output\.", r"bert.encoder.layer.\1.output.dense."),
+    (r"^encoder\.layers\.(\d+)\.output_norm\.", r"bert.encoder.layer.\1.output.LayerNorm."),
+    (r"^encoder\.pooler\.dense\.", "bert.pooler.dense."),
+    (r"^transform\.dense\.", "cls.predictions.transform.dense."),
+    (r"^transform\.norm\.", "cls.predictions.transform.LayerNorm."),
+    (r"^decoder\.bias$", "cls.predictions.bias"),
+    (r"^classifier\.", "classifier."),
+]
+
+
+def _hf_name(key: str) -> str:
+    for pattern, replacement in _HF_RENAMES:
+        new, count = re.subn(pattern, replacement, key)
+        if count:
+            return new
+    raise KeyError(f"no Hugging Face name for parameter {key!r}")
+
+
+def _hf_config(config: ModelConfig, kind: str, num_labels: int | None) -> dict[str, Any]:
+    hf: dict[str, Any] = {
+        "model_type": "bert",
+        "architectures": ["BertForMaskedLM" if kind == "mlm" else "BertForSequenceClassification"],
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.d_model,
+        "num_hidden_layers": config.n_layers,
+        "num_attention_heads": config.n_heads,
+        "intermediate_size": config.d_ff,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": config.dropout,
+        "attention_probs_dropout_prob": config.attention_dropout,
+        "max_position_embeddings": config.max_position,
+        "type_vocab_size": config.type_vocab_size,
+        "initializer_range": config.initializer_range,
+        "layer_norm_eps": config.layer_norm_eps,
+        "pad_token_id": config.pad_token_id,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+    }
+    if kind == "classification":
+        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+        hf["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+        if num_labels == 1:
+            hf["problem_type"] = "regression"
+    return hf
+
+
+def export_hf(directory: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write the checkpoint in ``directory`` as a Hugging Face BERT model into ``out_dir``.
+
+    Only MHA models with ``n_heads * head_dim == d_model`` and BERT's position numbering have a
+    Hugging Face equivalent; anything else raises ConfigError saying why.
+    """
+    directory, out_dir = Path(directory), Path(out_dir)
+    meta = read_checkpoint_meta(directory)
+    kind = meta["kind"]
+    model = load_model(directory, kind=kind)
+    config: ModelConfig = model.config
+    if config.attention != "mha":
+        raise ConfigError(f"{directory}: attention={config.attention!r} cannot be exported to "
+                          f"Hugging Face BERT, which has no such attention (only 'mha' maps)")
+    if config.n_heads * config.head_dim != config.d_model:
+        raise ConfigError(f"{directory}: n_heads*head_dim={config.n_heads * config.head_dim} != "
+                          f"d_model={config.d_model}; Hugging Face BERT requires them equal")
+    if config.position_offset != 0:
+        raise ConfigError(f"{directory}: position_offset={config.position_offset} (RoBERTa-style) "
+                          f"has no Hugging Face BERT equivalent; only BERT numbering (0) exports")
+    tensors, _ = _deduplicated_state(model)
+    try:
+        hf_tensors = {_hf_name(k): v for k, v in tensors.items() if k != "decoder.weight"}
+    except KeyError as err:
+        raise LeanLMError(f"{directory}: {err.args[0]}; the exporter does not know this layer") from None
+    with atomic_path(out_dir / WEIGHTS_NAME, suffix=".safetensors") as tmp:
+        save_file(hf_tensors, str(tmp), metadata={"format": "pt"})
+    write_json(out_dir / CONFIG_NAME, _hf_config(config, kind, getattr(model, "num_labels", None)))
+    return out_dir

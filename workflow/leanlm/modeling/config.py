@@ -1,0 +1,140 @@
+"""The model configuration: one JSON-serialisable dataclass shared by every backbone.
+
+A checkpoint's ``config.json`` holds ``ModelConfig.to_dict()``; a run's model is the profile's
+``models.<backbone>`` size with the experiment's fields (e.g. ``attention``) laid over it, turned
+into a ``ModelConfig`` with :meth:`ModelConfig.from_dict`, which names the offending key and the
+place it came from when something is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from leanlm.errors import ConfigError
+
+BACKBONES = ("bert",)
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """Sizes and switches of a transformer backbone (names follow the thesis and BERT).
+
+    ``head_dim`` is given separately from ``d_model`` because the thesis fixes the head dimension
+    (64) while varying heads; MHA's projections are ``d_model x n_heads*head_dim``.
+    ``position_offset`` shifts position ids: BERT counts from 0, RoBERTa from ``padding_idx + 1``
+    (= 2), which is why RoBERTa's position table has 514 rows for 512 tokens.
+    """
+
+    backbone: str = "bert"
+    vocab_size: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    head_dim: int
+    d_ff: int
+    max_position: int
+    type_vocab_size: int = 2
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    attention: str = "mha"
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    initializer_range: float = 0.02
+    position_offset: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, where: str = "model config") -> None:
+        """Raise ConfigError naming the field and value if the configuration is impossible."""
+        # Imported here: the attention package is heavier and config must stay importable alone.
+        from leanlm.modeling.attention import ATTENTION
+
+        if self.backbone not in BACKBONES:
+            raise ConfigError(
+                f"{where}: backbone={self.backbone!r} is not supported here; use one of {BACKBONES}"
+            )
+        for name in ("vocab_size", "n_layers", "d_model", "n_heads", "head_dim", "d_ff",
+                     "max_position", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{where}: {name}={value!r} must be a positive integer")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{where}: {name}={value!r} must be a probability in [0, 1)")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(
+                f"{where}: pad_token_id={self.pad_token_id} is outside the vocabulary "
+                f"(vocab_size={self.vocab_size})"
+            )
+        if self.position_offset < 0 or self.position_offset >= self.max_position:
+            raise ConfigError(
+                f"{where}: position_offset={self.position_offset} must be in [0, max_position)"
+            )
+        if self.layer_norm_eps <= 0 or self.initializer_range <= 0:
+            raise ConfigError(f"{where}: layer_norm_eps and initializer_range must be > 0")
+        if self.attention not in ATTENTION:
+            raise ConfigError(
+                f"{where}: attention={self.attention!r} is unknown; known: {', '.join(ATTENTION.names())}"
+            )
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest input the position table allows (RoBERTa: 514 rows - offset 2 = 512)."""
+        return self.max_position - self.position_offset
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "model config") -> "ModelConfig":
+        """Build from a mapping; unknown or missing keys raise ConfigError naming them and ``where``."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of model settings, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown model key(s) {unknown}; allowed keys: {', '.join(sorted(known))}"
+            )
+        required = {
+            f.name for f in fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
+        missing = sorted(required - set(data))
+        if missing:
+            raise ConfigError(f"{where}: missing model key(s) {missing}")
+        try:
+            return cls(**dict(data))
+        except ConfigError as err:
+            # __post_init__ validates under the generic name; say where the values came from.
+            message = str(err).removeprefix("model config: ")
+            raise ConfigError(f"{where}: {message}") from None
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        """A copy with some fields changed (validated again)."""
+        return self.from_dict({**self.to_dict(), **changes})
+
+    @classmethod
+    def preset(cls, size: str, **overrides: Any) -> "ModelConfig":
+        """A named size (``tiny``, ``small``, ``base``, ``large``), with fields overridden."""
+        if size not in PRESETS:
+            raise ConfigError(f"unknown model size {size!r}; known: {', '.join(PRESETS)}")
+        return cls.from_dict({**PRESETS[size], **overrides}, where=f"preset {size!r}")
+
+
+# Sizes for benchmarks and tests. `base` is BERT-base (§3.4.3), `large` BERT-large; `tiny` matches
+# the smoke profile's backbone; head_dim is 64 wherever the thesis fixes it.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(vocab_size=4096, n_layers=2, d_model=64, n_heads=4, head_dim=16, d_ff=256,
+                 max_position=128),
+    "small": dict(vocab_size=30522, n_layers=4, d_model=256, n_heads=4, head_dim=64, d_ff=1024,
+                  max_position=512),
+    "base": dict(vocab_size=30522, n_layers=12, d_model=768, n_heads=12, head_dim=64, d_ff=3072,
+                 max_position=512),
+    "large": dict(vocab_size=30522, n_layers=24, d_model=1024, n_heads=16, head_dim=64, d_ff=4096,
+                  max_position=512),
+}

@@ -1,0 +1,134 @@
+"""Task heads on the BERT encoder: masked language modelling and sequence classification/regression.
+
+Both keep BERT's (and Hugging Face's) structure, so with MHA their parameter counts equal
+``transformers``' BertForMaskedLM / BertForSequenceClassification for the same sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from leanlm.errors import TrainingError
+from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.encoder import BertEncoder, init_bert_weights
+
+IGNORE_INDEX = -100  # label of positions that take no part in the loss
+
+
+class MLMTransform(nn.Module):
+    """dense -> GELU -> LayerNorm before the vocabulary projection (BERT's prediction head)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norm(F.gelu(self.dense(hidden)))
+
+
+class BertForMLM(nn.Module):
+    """Encoder + MLM head whose decoder shares its weight with the word embeddings (plus a bias)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = BertEncoder(config, pooler=False)
+        self.transform = MLMTransform(config)
+        self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=True)
+        init_bert_weights(self.transform, config.initializer_range)
+        init_bert_weights(self.decoder, config.initializer_range)
+        # Tied after init so the shared matrix keeps the embedding's initialisation.
+        self.decoder.weight = self.encoder.embeddings.word_embeddings.weight
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+        """Returns ``dict(loss, logits)``.
+
+        Without labels, logits are (B, L, V) and loss is None. With labels (B, L; -100 = ignored),
+        the vocabulary projection runs only at the labelled positions (about 15% of tokens, and the
+        largest matmul of the model), so logits are (N_labelled, V) in row-major order of those
+        positions. A batch with no labelled position gets a zero loss that still has a graph.
+        """
+        sequence, _ = self.encoder(input_ids, attention_mask, token_type_ids)
+        if labels is None:
+            return {"loss": None, "logits": self.decoder(self.transform(sequence))}
+        selected = labels != IGNORE_INDEX
+        logits = self.decoder(self.transform(sequence[selected]))
+        if logits.size(0) == 0:
+            return {"loss": logits.sum() * 0.0, "logits": logits}
+        loss = F.cross_entropy(logits.float(), labels[selected])
+        return {"loss": loss, "logits": logits}
+
+
+class BertForSequenceClassification(nn.Module):
+    """Encoder (with pooler) -> dropout -> linear classifier on the pooled [CLS] representation.
+
+    ``num_labels == 1`` is regression (MSE on a float target, e.g. STS-B); otherwise
+    cross-entropy over ``num_labels`` classes. RoBERTa's head (dense + tanh + out_proj, no pooler)
+    has the same parameter count as this pooler + classifier.
+    """
+
+    def __init__(self, config: ModelConfig, num_labels: int):
+        super().__init__()
+        if int(num_labels) != num_labels or num_labels < 1:
+            raise ValueError(f"num_labels={num_labels!r} must be a positive integer (1 = regression)")
+        self.config = config
+        self.num_labels = int(num_labels)
+        self.encoder = BertEncoder(config, pooler=True)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, self.num_labels)
+        init_bert_weights(self.classifier, config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+        """Returns ``dict(loss, logits)``; logits are (B, num_labels), loss None without labels."""
+        _, pooled = self.encoder(input_ids, attention_mask, token_type_ids)
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels.long())
+        return {"loss": loss, "logits": logits}
+
+
+def from_pretrained_encoder(model: nn.Module,
+                            encoder_state: Mapping[str, torch.Tensor] | nn.Module) -> nn.Module:
+    """Copy an MLM-pretrained encoder's weights into ``model.encoder`` (e.g. a classifier).
+
+    ``encoder_state`` is a BertForMLM, a BertEncoder, or the state dict of either. The pooler is
+    the only part allowed to be missing (MLM pretraining has none): it keeps its fresh BERT init,
+    as in BERT fine-tuning without NSP. Anything else missing, extra or of another shape means the
+    checkpoint was made for another architecture, and raises TrainingError listing the keys.
+    """
+    if isinstance(encoder_state, nn.Module):
+        encoder_state = encoder_state.state_dict()
+    prefix = "encoder."
+    if any(key.startswith(prefix) for key in encoder_state):
+        state = {k[len(prefix):]: v for k, v in encoder_state.items() if k.startswith(prefix)}
+    else:
+        state = dict(encoder_state)
+    try:
+        result = model.encoder.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatch: another size or attention variant
+        raise TrainingError(
+            f"pretrained encoder does not fit the model ({type(model).__name__}, "
+            f"attention={model.config.attention!r}): {err}"
+        ) from None
+    missing = [k for k in result.missing_keys if not k.startswith("pooler.")]
+    if missing or result.unexpected_keys:
+        raise TrainingError(
+            f"pretrained encoder does not match {type(model).__name__} "
+            f"(attention={model.config.attention!r}): missing {missing[:8]}, "
+            f"unexpected {list(result.unexpected_keys)[:8]}; was it pretrained with another "
+            f"attention variant or size?"
+        )
+    return model

@@ -1,0 +1,13 @@
+"""leanlm.training: one compact training engine for pretraining and fine-tuning (DESIGN.md §7).
+
+- ``engine``: ``TrainConfig`` and ``Trainer`` (AdamW, schedules, accumulation, clipping, autocast,
+  evaluation with early stopping, atomic checkpoints and exact resume, DDP).
+- ``schedules``: learning-rate multipliers as pure functions of the step.
+- ``objectives``: BERT's MLM masking and sequence packing (data side of pretraining).
+- ``checkpointing``, ``seeding``, ``distributed``: the pieces the engine is built from.
+"""
+
+from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.schedules import lr_multiplier, schedule_fn, warmup_steps_from_ratio
+
+__all__ = ["TrainConfig", "Trainer", "lr_multiplier", "schedule_fn", "warmup_steps_from_ratio"]

@@ -1,0 +1,456 @@
+"""One training engine for pretraining and fine-tuning (DESIGN.md §7; thesis Tables 3.11, 3.12).
+
+A run is ``Trainer(model, TrainConfig(...), batch_at, run_dir).fit()``. The engine owns the loop and
+nothing about the data: ``batch_at(step, micro)`` returns the micro-batch for optimizer step ``step``
+(0-based) and micro-batch index ``micro``. Random access by step is what makes resume exact: after a kill
+the new job reloads the checkpoint and asks for the very batches the old job would have seen next.
+
+Per optimizer step: set the learning rate from the schedule, run ``grad_accum`` forward/backward passes
+(each loss divided by ``grad_accum``, so the gradient is the mean over the micro-batches), check the loss
+is finite (before the update, so a NaN never reaches the weights), clip the gradient norm, step AdamW.
+Every ``log_every`` steps a ``{step, loss, lr}`` record joins the history (``step`` counts completed
+steps, ``loss`` is the mean over the steps since the previous record); every ``eval_every`` steps and at
+the end ``evaluate(model)`` runs, with early stopping on ``primary_metric``; every ``checkpoint_every``
+steps and at the end an atomic checkpoint is written to ``run_dir/checkpoint/``.
+
+Data parallelism (torchrun): with ``world_size`` W > 1 the model is wrapped in DistributedDataParallel
+and rank r computes micro-batches ``batch_at(step, micro * W + r)`` for ``micro`` in ``0..grad_accum-1``,
+so one optimizer step consumes micro-batch indices ``0 .. grad_accum * W - 1``, exactly what one process
+with ``grad_accum * W`` would consume: the global batch does not depend on how it is spread over GPUs.
+DDP averages gradients over ranks; only rank 0 evaluates, writes checkpoints and shows progress.
+All ranks read the checkpoint, so ``run_dir`` must be on a file system they share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from leanlm.errors import ConfigError, TrainingError
+from leanlm.training import checkpointing
+from leanlm.training.distributed import (
+    all_reduce_sum,
+    barrier,
+    broadcast_object,
+    gather_objects,
+    init_distributed,
+)
+from leanlm.training.schedules import SCHEDULES, schedule_fn
+from leanlm.training.seeding import capture_rng_state, restore_rng_state, seed_everything
+
+PRECISIONS = ("auto", "fp32", "bf16")
+# Settings that change the numbers a run produces: resuming a checkpoint written under other values
+# would silently mix two runs, so it is refused. (progress, desc, log_every, checkpoint_every may change.)
+_RUN_DEFINING = (
+    "total_steps", "lr", "schedule", "warmup_steps", "num_cycles", "weight_decay", "adam_betas",
+    "adam_eps", "grad_accum", "clip_norm", "seed", "precision", "eval_every", "early_stopping_patience",
+)
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings of one run (field names as in params/*.yaml)."""
+
+    total_steps: int
+    lr: float
+    schedule: str = "linear"  # linear | cosine | cosine_with_hard_restarts | constant
+    warmup_steps: int = 0
+    num_cycles: int = 1  # cycles of cosine_with_hard_restarts
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    grad_accum: int = 1
+    clip_norm: float | None = 1.0  # None: no clipping
+    seed: int = 0
+    checkpoint_every: int | None = None  # steps; None: no checkpoints
+    log_every: int = 10
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU | fp32 | bf16
+    eval_every: int | None = None  # steps; None: evaluate at the end only
+    early_stopping_patience: int | None = None  # evaluations without improvement before stopping
+    progress: bool = True
+    desc: str = "train"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.adam_betas, list):
+            self.adam_betas = tuple(self.adam_betas)  # YAML gives a list
+        is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+        checks = [
+            ("total_steps", lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+            ("lr", lambda v: v > 0, "a number > 0"),
+            ("schedule", lambda v: v in SCHEDULES, f"one of {', '.join(SCHEDULES.names())}"),
+            ("warmup_steps", lambda v: is_int(v) and 0 <= v <= self.total_steps,
+             "an integer in [0, total_steps]"),
+            ("num_cycles", lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+            ("weight_decay", lambda v: v >= 0, "a number >= 0"),
+            ("adam_betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two numbers in [0, 1)"),
+            ("adam_eps", lambda v: v > 0, "a number > 0"),
+            ("grad_accum", lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+            ("clip_norm", lambda v: v is None or v > 0, "null or a number > 0"),
+            ("checkpoint_every", lambda v: v is None or (is_int(v) and v >= 1), "null or an integer >= 1"),
+            ("log_every", lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+            ("precision", lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+            ("eval_every", lambda v: v is None or (is_int(v) and v >= 1), "null or an integer >= 1"),
+            ("early_stopping_patience", lambda v: v is None or (is_int(v) and v >= 1),
+             "null or an integer >= 1"),
+        ]
+        for name, ok, want in checks:
+            value = getattr(self, name)
+            try:
+                good = bool(ok(value))
+            except (TypeError, ValueError):  # None, strings, ... where numbers belong
+                good = False
+            if not good:
+                raise ConfigError(f"TrainConfig.{name}={value!r} must be {want}")
+
+
+def adamw_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two AdamW groups: decayed matrices and undecayed 1-D parameters.
+
+    No weight decay on biases, LayerNorm/RMSNorm weights or any other parameter with fewer than two
+    dimensions (scales, gates): decaying them pulls normalisation gains towards 0, which only hurts.
+    Weight matrices and embeddings are decayed, as in BERT and the HF Trainer the thesis used.
+    Frozen parameters (``requires_grad=False``) are left out.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def count_tokens(batch: Mapping[str, Any]) -> int:
+    """Tokens in a micro-batch: non-pad entries of ``attention_mask``, else ``input_ids.numel()``.
+
+    Batches with neither (non-text models) count their examples (first dimension of the first tensor).
+    """
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        return int(torch.count_nonzero(mask))
+    ids = batch.get("input_ids")
+    if isinstance(ids, torch.Tensor):
+        return ids.numel()
+    first = next((v for v in batch.values() if isinstance(v, torch.Tensor) and v.ndim), None)
+    return int(first.shape[0]) if first is not None else 0
+
+
+class Trainer:
+    """Train ``model`` for ``config.total_steps`` optimizer steps; see the module docstring.
+
+    ``evaluate(model)`` gets the unwrapped model in eval mode under ``torch.no_grad`` and the training
+    autocast, on rank 0 only, and returns a dict of metrics (find the device with
+    ``next(model.parameters()).device``). With ``primary_metric`` the best evaluation's weights are kept
+    in memory and restored at the end; ``early_stopping_patience`` stops after that many evaluations in
+    a row without improvement. A checkpoint in ``run_dir/checkpoint`` is loaded at construction.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: TrainConfig,
+        batch_at: Callable[[int, int], dict],
+        run_dir: Path | None,
+        evaluate: Callable[[nn.Module], dict] | None = None,
+        primary_metric: str | None = None,
+        higher_is_better: bool = True,
+    ):
+        if primary_metric is not None and evaluate is None:
+            raise ConfigError(f"primary_metric={primary_metric!r} needs an evaluate function")
+        if config.early_stopping_patience is not None and primary_metric is None:
+            raise ConfigError(
+                f"early_stopping_patience={config.early_stopping_patience} needs evaluate and "
+                "primary_metric (the metric whose improvement resets the patience)"
+            )
+        self.config, self.batch_at, self.evaluate = config, batch_at, evaluate
+        self.primary_metric, self.higher_is_better = primary_metric, higher_is_better
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.rank, self.world_size, _, self.device = init_distributed()
+        self.model = model.to(self.device)
+        self.autocast_dtype = _autocast_dtype(config.precision, self.device)
+        self.optimizer = torch.optim.AdamW(
+            adamw_param_groups(self.model, config.weight_decay), lr=config.lr,
+            betas=config.adam_betas, eps=config.adam_eps, fused=self.device.type == "cuda",
+        )
+        self.multiplier = schedule_fn(
+            config.schedule, config.total_steps, config.warmup_steps, config.num_cycles
+        )
+        self.train_model: nn.Module | None = None if self.world_size > 1 else self.model  # DDP: in fit
+        self.state = checkpointing.TrainingState.fresh(config.total_steps)
+        self.resumed_from: int | None = None
+        self._rng_to_restore: dict | None = None
+        self._saved_step: int | None = None
+        if self.run_dir is not None:
+            saved = checkpointing.load_checkpoint(self.run_dir)
+            if saved is not None:
+                self._resume(saved)
+
+    # ----------------------------------------------------------------------------------- the loop
+    def fit(self) -> dict:
+        """Train to ``total_steps`` (or an early stop) and return the run summary."""
+        cfg, st = self.config, self.state
+        if self._rng_to_restore is not None:
+            restore_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+        elif st.step == 0:
+            seed_everything(cfg.seed + self.rank)  # per-rank streams: ranks draw different dropout
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.train_model is None and st.step < cfg.total_steps and not st.stopped:
+            self.train_model = self._wrap_ddp()  # not for a finished run: no batch to probe with
+        self.model.train()
+        session_tokens, session_seconds = 0, 0.0
+        bar = tqdm(
+            total=cfg.total_steps, initial=st.step, desc=cfg.desc, unit="step", dynamic_ncols=True,
+            disable=not (cfg.progress and self.rank == 0),
+        )
+        try:
+            while st.step < cfg.total_steps and not st.stopped:
+                started = time.perf_counter()
+                loss, lr, tokens = self._train_step()
+                elapsed = time.perf_counter() - started
+                st.train_seconds += elapsed
+                session_seconds += elapsed
+                session_tokens += tokens
+                rate = session_tokens / session_seconds if session_seconds > 0 else 0.0
+                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
+                bar.update(1)
+                self._after_step(lr)
+        finally:
+            bar.close()
+        if self.evaluate is not None and not st.stopped and st.last_eval_step != st.step:
+            self._evaluate()
+        if self.run_dir is not None and cfg.checkpoint_every and self._saved_step != st.step:
+            self._save()
+        if st.best_state is not None:
+            self.model.load_state_dict(st.best_state)
+        return self.summary()
+
+    def _train_step(self) -> tuple[float, float, int]:
+        """One optimizer step: returns (mean loss over all micro-batches of all ranks, lr, tokens)."""
+        cfg, st, step = self.config, self.state, self.state.step
+        lr = cfg.lr * self.multiplier(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        tokens = 0
+        for micro in range(cfg.grad_accum):
+            batch = self.batch_at(step, micro * self.world_size + self.rank)
+            tokens += count_tokens(batch)
+            batch = self._to_device(batch)
+            # Gradients are all-reduced on the last micro-batch only (DDP's no_sync for the others).
+            last = micro == cfg.grad_accum - 1
+            sync = contextlib.nullcontext() if last or self.world_size == 1 else self.train_model.no_sync()
+            with sync:
+                with self._autocast():
+                    output = self.train_model(**batch)
+                loss = _loss_of(output)
+                (loss / cfg.grad_accum).backward()
+            loss_sum += loss.detach().float()
+        stats = torch.stack([
+            loss_sum.double() / cfg.grad_accum,
+            torch.tensor(float(tokens), dtype=torch.float64, device=self.device),
+        ])
+        loss_value, step_tokens = all_reduce_sum(stats).tolist()
+        loss_value /= self.world_size
+        if not math.isfinite(loss_value):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingError(
+                f"loss is {loss_value} at step {step} (0-based; the batches of batch_at({step}, ...)) "
+                f"of run {self.run_dir}; no update was made with it. Lower the learning rate "
+                f"(lr={cfg.lr}), check the data of that step, or try precision='fp32'"
+            )
+        if cfg.clip_norm is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        st.losses[step] = loss_value
+        st.tokens += round(step_tokens)
+        st.step += 1
+        return loss_value, lr, round(step_tokens)
+
+    def _after_step(self, lr: float) -> None:
+        cfg, st, done = self.config, self.state, self.state.step
+        if done % cfg.log_every == 0 or done == cfg.total_steps:
+            window = st.losses[st.last_log_step:done]
+            st.history.append({"step": done, "loss": float(window.mean()), "lr": lr})
+            st.last_log_step = done
+        if self.evaluate is not None and cfg.eval_every and done % cfg.eval_every == 0:
+            self._evaluate()
+        if (self.run_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0
+                and done < cfg.total_steps and not st.stopped):
+            self._save()
+
+    # ------------------------------------------------------------------ evaluation, early stopping
+    def _evaluate(self) -> None:
+        st, metrics = self.state, None
+        if self.rank == 0:
+            self.model.eval()
+            with torch.no_grad(), self._autocast():
+                metrics = self.evaluate(self.model)
+            self.model.train()
+            if not isinstance(metrics, Mapping):
+                raise TrainingError(f"evaluate() must return a dict of metrics, got {type(metrics).__name__}")
+            metrics = {str(k): _plain(v) for k, v in metrics.items()}
+        metrics = broadcast_object(metrics)
+        st.history.append({"step": st.step, "eval": metrics})
+        st.last_eval_step = st.step
+        if self.primary_metric is None:
+            return
+        if self.primary_metric not in metrics:
+            raise TrainingError(
+                f"primary_metric {self.primary_metric!r} is not among the metrics evaluate() returned "
+                f"({', '.join(sorted(metrics))}); fix the metric name in the params/stage runner"
+            )
+        value = float(metrics[self.primary_metric])
+        better = st.best_metric is None or (
+            value > st.best_metric if self.higher_is_better else value < st.best_metric
+        )
+        if math.isfinite(value) and better:
+            st.best_metric, st.best_step, st.bad_evals = value, st.step, 0
+            st.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        else:
+            st.bad_evals += 1
+            patience = self.config.early_stopping_patience
+            st.stopped = patience is not None and st.bad_evals >= patience
+
+    # ---------------------------------------------------------------------------- checkpoints
+    def _save(self) -> None:
+        rng = gather_objects(capture_rng_state())  # every rank's streams, for an exact resume
+        if self.rank == 0:
+            state = {
+                **self.state.to_dict(), "rng": rng, "world_size": self.world_size,
+                "config": _run_defining(dataclasses.asdict(self.config)),
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            }
+            try:
+                checkpointing.save_checkpoint(self.run_dir, state)
+            except Exception as exc:
+                raise TrainingError(
+                    f"could not write the checkpoint of step {self.state.step} into "
+                    f"{checkpointing.checkpoint_dir(self.run_dir)} ({type(exc).__name__}: {exc}); "
+                    "check free disk space and permissions"
+                ) from exc
+        barrier()
+        self._saved_step = self.state.step
+
+    def _resume(self, state: dict) -> None:
+        path = checkpointing.checkpoint_dir(self.run_dir) / checkpointing.STATE_FILE
+        try:
+            saved, now = state["config"], _run_defining(dataclasses.asdict(self.config))
+            changed = {k: (saved.get(k), v) for k, v in now.items() if saved.get(k) != v}
+            if state["world_size"] != self.world_size:
+                changed["world_size"] = (state["world_size"], self.world_size)
+            if changed:
+                diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+                raise TrainingError(
+                    f"checkpoint {path} belongs to a run with other settings ({diff}); delete "
+                    f"{path.parent} to start over with the new settings, or restore the old ones"
+                )
+            try:
+                self.model.load_state_dict(state["model"])
+                self.optimizer.load_state_dict(state["optimizer"])
+            except (RuntimeError, ValueError) as exc:
+                raise checkpointing.corrupt(path, f"it does not fit this model/optimizer ({exc})") from exc
+            self.state = checkpointing.TrainingState.from_dict(state)
+            self._rng_to_restore = state["rng"][self.rank]
+        except KeyError as exc:
+            raise checkpointing.corrupt(path, f"the entry {exc} is missing") from None
+        self.resumed_from = self._saved_step = self.state.step
+
+    def remove_checkpoint(self) -> None:
+        """Delete ``run_dir/checkpoint`` (the stage runner calls it once the final model is saved)."""
+        if self.run_dir is not None and self.rank == 0:
+            checkpointing.remove_checkpoint(self.run_dir)
+        barrier()
+
+    # -------------------------------------------------------------------------------- helpers
+    def _wrap_ddp(self) -> DistributedDataParallel:
+        """Wrap the model in DDP, with ``find_unused_parameters`` only if the model needs it.
+
+        Some objectives leave parameters without a gradient (a pooler under MLM), which plain DDP
+        rejects; the flag that allows it costs a graph traversal every step, so one probe
+        forward/backward (on this step's first micro-batch, RNG untouched, gradients discarded) decides.
+        """
+        devices = [self.device.index] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            batch = self._to_device(self.batch_at(self.state.step, self.rank))
+            with self._autocast():
+                _loss_of(self.model(**batch)).backward()
+        unused = sum(p.grad is None for p in self.model.parameters() if p.requires_grad)
+        self.optimizer.zero_grad(set_to_none=True)
+        any_unused = all_reduce_sum(torch.tensor([float(unused)], device=self.device)).item() > 0
+        return DistributedDataParallel(
+            self.model, device_ids=devices or None, find_unused_parameters=any_unused
+        )
+
+    def _to_device(self, batch: Mapping[str, Any]) -> dict:
+        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                for k, v in batch.items()}
+
+    def summary(self) -> dict:
+        """The run summary ``fit`` returns (steps counts completed optimizer steps)."""
+        st, n = self.state, self.state.step
+        tail = max(1, math.ceil(0.1 * n))
+        return {
+            "steps": n,
+            "final_loss": float(st.losses[n - 1]) if n else None,
+            "mean_loss_last_10pct": float(st.losses[n - tail:n].mean()) if n else None,
+            "tokens": st.tokens,
+            "train_seconds": st.train_seconds,
+            "tokens_per_s": st.tokens / st.train_seconds if st.train_seconds > 0 else 0.0,
+            "best_metric": st.best_metric,
+            "best_step": st.best_step,
+            "history": list(st.history),
+            "resumed_from": self.resumed_from,
+        }
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+
+def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return None
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(
+            f"precision={precision!r} needs bf16, which {torch.cuda.get_device_name(device)} lacks; "
+            "set precision: fp32"
+        )
+    return torch.bfloat16
+
+
+def _loss_of(output: Any) -> torch.Tensor:
+    loss = output.get("loss") if isinstance(output, Mapping) else None
+    if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+        got = type(output).__name__ if loss is None else f"loss of shape {tuple(getattr(loss, 'shape', ()))}"
+        raise TrainingError(
+            f"model(**batch) must return a dict whose 'loss' is a scalar tensor (the mean over the "
+            f"micro-batch); got {got}"
+        )
+    return loss
+
+
+def _run_defining(config: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items() if k in _RUN_DEFINING}
+
+
+def _plain(value: Any) -> Any:
+    """Metric values as plain Python (numpy/torch scalars -> float), so checkpoints load weights-only."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy/torch scalars and arrays
+        return value.tolist()
+    return value
