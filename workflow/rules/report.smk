@@ -25,7 +25,7 @@ rule render_table:
     params:
         experiments=lambda w: {e: CFG["_matrix"][e] for e in TABLES[w.table]["experiments"]},
         scale=CFG["models"],
-        code=code_version("reporting/render", "reporting/derived", "reporting/reported"),
+        code=code_version("reporting/render", "reporting/derived", "reporting/reported", "reporting/latex"),
     shell:
         "leanlm render {P} --table {wildcards.table}"
 
@@ -34,12 +34,15 @@ def analytic_names(*outputs):
     return "|".join(n for n, s in TABLES.items() if s["kind"] == "analytic" and s["outputs"] == list(outputs))
 
 
-ANALYTIC_PARAMS = dict(code=code_version("modeling", "reporting/analytic", "reporting/figures"))
+ANALYTIC_PARAMS = dict(
+    code=code_version("modeling", "reporting/analytic", "reporting/figures", "reporting/render", "reporting/latex", "reporting/reported")
+)
 
 
 rule analytic_table:
     input:
         reported=lambda w: [p for p in [f"params/reported/{w.item}.csv"] if Path(p).exists()],
+        template="workflow/templates/{item}.tex.j2",
     output:
         tex="paper_tables/{profile}/{item}.tex",
         csv="paper_tables/{profile}/{item}.csv",
@@ -68,6 +71,7 @@ rule analytic_figure:
 
 rule pdf:
     input:
+        "workflow/templates/document.tex.j2",
         result_tables(),
         analytic_outputs(),
     output:

@@ -1,0 +1,139 @@
+"""Aggregation: every per-run results JSON of a profile -> one tidy table, results/<profile>/all_runs.csv.
+
+One row per (run, task family, task, seed, metric), so every table of the thesis is a filter and a
+group-by of the same frame. Fine-tuning jobs write results/<profile>/runs/<run_id>/<family>.json;
+pretraining summaries (pretrain.json) hold no task metrics and are skipped here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from leanlm import paths
+from leanlm.errors import LeanLMError
+from leanlm.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+COLUMNS = [
+    "profile", "experiment", "run", "run_id", "family", "attention", "task", "seed", "metric", "value",
+    "is_primary", "params_total", "params_attention", "params_embedding",
+]
+SKIPPED = {"pretrain.json"}
+
+
+def _require(obj: dict, key: str, where: str, path: Path) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise LeanLMError(
+            f"{path}: results JSON has no key {where}{key}; the file is incomplete or from an older "
+            "version: rerun the job that wrote it"
+        )
+    return obj[key]
+
+
+def _attention_name(model: dict, path: Path) -> str:
+    attention = _require(model, "attention", "model.", path)
+    # A per-layer pattern (ch. 4) may be a dict; keep its name so the column stays a plain string.
+    if isinstance(attention, dict):
+        return str(attention.get("name") or json.dumps(attention, sort_keys=True))
+    return str(attention)
+
+
+def rows_from_file(path: Path, profile: str) -> list[dict]:
+    """The tidy rows of one fine-tuning results JSON (see the module docstring for the layout)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LeanLMError(f"{path}: not a readable results JSON ({exc}); delete it and rerun its job") from None
+    if not isinstance(doc, dict):
+        raise LeanLMError(f"{path}: results JSON must be an object, got {type(doc).__name__}")
+    if doc.get("profile", profile) != profile:
+        raise LeanLMError(
+            f"{path}: written by profile {doc['profile']!r} but found under results/{profile}/; "
+            "results of different profiles must not be mixed"
+        )
+    params = _require(doc, "parameters", "", path)
+    base = {
+        "profile": profile,
+        "experiment": _require(doc, "experiment", "", path),
+        "run": _require(doc, "run", "", path),
+        "run_id": _require(doc, "run_id", "", path),
+        "family": _require(doc, "family", "", path),
+        "attention": _attention_name(_require(doc, "model", "", path), path),
+        "params_total": int(_require(params, "total", "parameters.", path)),
+        "params_attention": int(_require(params, "attention", "parameters.", path)),
+        "params_embedding": int(_require(params, "embedding", "parameters.", path)),
+    }
+    results = _require(doc, "results", "", path)
+    if not isinstance(results, list) or not results:
+        raise LeanLMError(f"{path}: key results must be a non-empty list of per-task, per-seed results")
+    rows = []
+    for i, result in enumerate(results):
+        where = f"results[{i}]."
+        metrics = _require(result, "metrics", where, path)
+        primary = _require(result, "primary_metric", where, path)
+        if primary not in metrics:
+            raise LeanLMError(f"{path}: {where}primary_metric {primary!r} is not among its metrics {sorted(metrics)}")
+        for metric, value in metrics.items():
+            rows.append(
+                {
+                    **base,
+                    "task": _require(result, "task", where, path),
+                    "seed": int(_require(result, "seed", where, path)),
+                    "metric": metric,
+                    "value": float(value),
+                    "is_primary": metric == primary,
+                }
+            )
+    return rows
+
+
+def result_files(profile: str) -> list[Path]:
+    """Every fine-tuning results JSON of ``profile``, sorted (pretraining summaries excluded)."""
+    runs = paths.results_dir(profile) / "runs"
+    return sorted(p for p in runs.glob("*/*.json") if p.name not in SKIPPED)
+
+
+def aggregate(profile: str) -> pd.DataFrame:
+    """Read every results/<profile>/runs/*/*.json into one tidy DataFrame with :data:`COLUMNS`."""
+    files = result_files(profile)
+    if not files:
+        raise LeanLMError(
+            f"no fine-tuning results under {paths.results_dir(profile) / 'runs'}/<run_id>/<family>.json; "
+            "run the fine-tuning stage first (snakemake, or `leanlm finetune --run ... --family ...`)"
+        )
+    rows = [row for path in files for row in rows_from_file(path, profile)]
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    duplicated = df.duplicated(["run_id", "family", "task", "seed", "metric"])
+    if duplicated.any():
+        first = df[duplicated].iloc[0]
+        raise LeanLMError(
+            f"results/{profile}/runs: run {first.run_id} has task {first.task!r} seed {first.seed} metric "
+            f"{first.metric!r} more than once (two families or files report it); keep one"
+        )
+    return df.sort_values(["experiment", "run_id", "family", "task", "seed", "metric"], kind="stable").reset_index(
+        drop=True
+    )
+
+
+def main(profile: str) -> Path:
+    """Write results/<profile>/all_runs.csv atomically and return its path."""
+    df = aggregate(profile)
+    out = paths.results_dir(profile) / "all_runs.csv"
+    with atomic_path(out, suffix=".csv") as tmp:
+        df.to_csv(tmp, index=False)
+    log.info("aggregated %d rows from %d runs into %s", len(df), df["run_id"].nunique(), out)
+    return out
+
+
+def load(profile: str) -> pd.DataFrame:
+    """Read results/<profile>/all_runs.csv (written by :func:`main`)."""
+    path = paths.results_dir(profile) / "all_runs.csv"
+    if not path.is_file():
+        raise LeanLMError(f"{path} does not exist; run `leanlm aggregate` (or the aggregate rule) first")
+    return pd.read_csv(path, dtype={"task": str, "metric": str, "run": str, "run_id": str})

@@ -1,0 +1,79 @@
+"""Figures: one matplotlib style, atomic PDF + PNG output, and the captions the PDF document uses.
+
+Figures are drawn with the Agg backend (no display needed on a cluster node) and saved without
+timestamps, so rerunning an unchanged figure gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: never try to open a window
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from leanlm.io import atomic_path  # noqa: E402
+
+# Captions as the thesis words them; tables.pdf prints them under the figures.
+FIGURE_CAPTIONS: dict[str, str] = {
+    "figure_3_1": (
+        "Number of parameters for an attention sublayer and different number of attention heads using "
+        "multi-head attention MHA and multi-head embedding attention MHE (thesis Figure 3.1). The "
+        "dimension of attention heads is fixed to 64, only counting the parameters for projecting "
+        "queries, keys and values; counted from instantiated modules."
+    ),
+}
+
+STYLE = {
+    "figure.figsize": (5.0, 3.4),
+    "font.size": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "savefig.bbox": "tight",
+}
+
+
+def save_figure(fig: plt.Figure, base: Path) -> list[Path]:
+    """Write ``base``.pdf and ``base``.png atomically, close the figure, return both paths."""
+    written = []
+    for suffix, kwargs in ((".pdf", {"metadata": {"CreationDate": None}}), (".png", {"dpi": 200})):
+        path = base.with_suffix(suffix)
+        with atomic_path(path, suffix=suffix) as tmp:
+            fig.savefig(tmp, format=suffix[1:], **kwargs)
+        written.append(path)
+    plt.close(fig)
+    return written
+
+
+def line_plot(
+    frame: pd.DataFrame,
+    x: str,
+    series: Sequence[tuple[str, str]],
+    xlabel: str,
+    ylabel: str,
+    base: Path,
+    logy: bool = False,
+    annotate_last: bool = False,
+) -> list[Path]:
+    """One line per ``(column, label)`` of ``frame`` against column ``x``; saved as PDF and PNG."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots()
+        for (column, label), marker in zip(series, "os^vDx"):
+            line, = ax.plot(frame[x], frame[column], marker=marker, markersize=2.5, linewidth=1.2, label=label)
+            if annotate_last:  # the value at the right end, where the curves differ most
+                last_x, last_y = frame[x].iloc[-1], frame[column].iloc[-1]
+                ax.annotate(f"{last_y:,.2f}", (last_x, last_y), xytext=(4, 0), textcoords="offset points",
+                            va="center", fontsize=7, color=line.get_color())
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend()
+        return save_figure(fig, base)
