@@ -1,0 +1,223 @@
+"""The hub source (DESIGN.md §5): GLUE and the pretraining corpus from Hugging Face ``datasets``.
+
+Schema mapping is kept apart from downloading: :func:`map_glue_rows`, :func:`glue_task_splits`,
+:func:`wikipedia_documents` and :func:`bookcorpus_documents` take rows in the hub's schema (a
+``datasets.Dataset``, or any iterable of dicts), so tests feed them local fixtures; only
+:func:`load_glue` and :func:`stream_hub_corpus` touch the network, and both call
+:func:`ensure_hub_reachable` first, which fails at once (not after 20+ s of retries) when
+``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` is set or huggingface.co cannot be reached.
+
+Splits: "validation" is GLUE's dev set (MNLI: validation_matched), where the thesis reports; GLUE's
+test labels are hidden, so "test" is a held-out slice (:data:`HELDOUT_FRACTION`) of GLUE train,
+chosen by hashing the seed, the task and the row's idx, and "train" is the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any, Iterable, Iterator, Mapping
+from urllib.parse import urlparse
+
+from leanlm.data.sources import Document
+from leanlm.data.splitting import unit_interval
+from leanlm.data.tasks import TaskSpec
+from leanlm.data.text import clean_text
+from leanlm.errors import DataError
+
+log = logging.getLogger(__name__)
+
+HUB_HOST = ("huggingface.co", 443)
+CONNECT_TIMEOUT_S = 3.0
+HELDOUT_FRACTION = 0.1
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+_reachable = False  # remembered per process once a connection succeeded
+
+# The thesis pretrains on English Wikipedia + BookCorpus (§3.4.4). BookCorpus rows are single
+# sentences of consecutive book text; ``lines_per_document`` of them make one corpus document.
+HUB_CORPORA = (
+    {"name": "wikipedia", "dataset": "wikimedia/wikipedia", "config": "20231101.en", "split": "train",
+     "text": "text", "id": "id"},
+    {"name": "bookcorpus", "dataset": "bookcorpus/bookcorpus", "config": None, "split": "train",
+     "text": "text", "lines_per_document": 200},
+)
+
+
+def _unreachable(what: str, profile: str, reason: str) -> DataError:
+    return DataError(
+        f"profile {profile!r} uses source 'hub' ({what}), but the Hugging Face hub is unreachable "
+        f"({reason}); use the packaged source (params/smoke.yaml) or run with network"
+    )
+
+
+def _connect_target() -> tuple[str, int]:
+    # Behind an HTTPS proxy the hub is reached through the proxy: test that connection instead.
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    if proxy:
+        parsed = urlparse(proxy if "//" in proxy else f"http://{proxy}")
+        if parsed.hostname:
+            return parsed.hostname, parsed.port or 8080
+    return HUB_HOST
+
+
+def ensure_hub_reachable(what: str, profile: str) -> None:
+    """Raise DataError at once when the hub cannot be used (offline variables, or no TCP connection
+    to huggingface.co:443 within 3 s)."""
+    global _reachable
+    for var in _OFFLINE_VARS:
+        value = os.environ.get(var, "").strip().lower()
+        if value not in ("", "0", "false", "no", "off"):
+            raise _unreachable(what, profile, f"{var}={os.environ[var]} is set")
+    if _reachable:
+        return
+    host, port = _connect_target()
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise _unreachable(what, profile, f"no connection to {host}:{port} within {CONNECT_TIMEOUT_S:g} s: {exc}") from None
+    _reachable = True
+
+
+# --- GLUE -------------------------------------------------------------------------------------
+
+
+def _column(row: Mapping[str, Any], column: str, spec: TaskSpec) -> Any:
+    try:
+        return row[column]
+    except KeyError:
+        raise DataError(
+            f"{spec.hub['dataset']}/{spec.hub['config']} rows have no column {column!r} (params/tasks.yaml, "
+            f"key {spec.family}.{spec.name}.hub); columns: {', '.join(row)}"
+        ) from None
+
+
+def map_glue_rows(spec: TaskSpec, rows: Iterable[Mapping[str, Any]]) -> tuple[list[dict], int]:
+    """Hub rows -> ``{"idx", "text_a", "text_b", "label"}`` via the columns named in ``spec.hub``.
+
+    Rows with label -1 (GLUE's hidden test labels) are dropped; returns (rows, number dropped).
+    GLUE text is the benchmark and is kept verbatim.
+    """
+    hub = spec.hub
+    out, hidden = [], 0
+    for position, row in enumerate(rows):
+        raw_label = _column(row, hub["label"], spec)
+        if raw_label is None or (not spec.is_regression and int(raw_label) < 0):
+            hidden += 1
+            continue
+        label = float(raw_label) if spec.is_regression else int(raw_label)
+        if not spec.is_regression and label >= spec.num_labels:
+            raise DataError(f"{hub['dataset']}/{hub['config']}: label {label} outside 0..{spec.num_labels - 1}")
+        out.append({
+            "idx": int(row["idx"]) if "idx" in row else position,
+            "text_a": str(_column(row, hub["text_a"], spec)),
+            "text_b": str(_column(row, hub["text_b"], spec)) if hub["text_b"] else None,
+            "label": label,
+        })
+    return out, hidden
+
+
+def glue_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]], seed: int) -> tuple[dict, dict]:
+    """train/validation/test rows of one GLUE task from a hub ``DatasetDict`` (or a dict of row lists).
+
+    Returns (splits, provenance): where each split came from and how many hidden-label rows were dropped.
+    """
+    hub = spec.hub
+    for split in (hub["train"], hub["validation"]):
+        if split not in dataset:
+            raise DataError(f"{hub['dataset']}/{hub['config']} has no split {split!r}; splits: {', '.join(dataset)}")
+    train_rows, hidden_train = map_glue_rows(spec, dataset[hub["train"]])
+    validation, hidden_validation = map_glue_rows(spec, dataset[hub["validation"]])
+    splits: dict[str, list[dict]] = {"train": [], "validation": validation, "test": []}
+    for row in train_rows:
+        held_out = unit_interval(seed, spec.name, "heldout", row["idx"]) < HELDOUT_FRACTION
+        splits["test" if held_out else "train"].append(row)
+    provenance = {
+        "dataset": hub["dataset"],
+        "config": hub["config"],
+        "train": f"{hub['train']} minus the held-out {HELDOUT_FRACTION:.0%}",
+        "validation": hub["validation"],
+        "test": f"held-out {HELDOUT_FRACTION:.0%} of {hub['train']} (hash of seed, task, idx); GLUE test labels are hidden",
+        "hidden_labels_dropped": hidden_train + hidden_validation,
+    }
+    return splits, provenance
+
+
+def load_glue(spec: TaskSpec, profile: str):
+    """Download (or reuse the ``datasets`` cache of) one GLUE task: a ``DatasetDict`` in the hub schema."""
+    what = f"{spec.hub['dataset']}/{spec.hub['config']}"
+    ensure_hub_reachable(what, profile)
+    import datasets
+
+    try:
+        return datasets.load_dataset(spec.hub["dataset"], spec.hub["config"])
+    except Exception as exc:  # datasets raises many types (HTTP, FileNotFound, DatasetNotFound)
+        raise DataError(f"could not load {what} from the Hugging Face hub: {exc}") from exc
+
+
+# --- pretraining corpus -------------------------------------------------------------------------
+
+
+def wikipedia_documents(rows: Iterable[Mapping[str, Any]], name: str = "wikipedia") -> Iterator[Document]:
+    """wikimedia/wikipedia rows (id, url, title, text) -> corpus documents, one per article."""
+    for row in rows:
+        yield Document(f"{name}:{row['id']}", name, clean_text(row["text"]))
+
+
+def bookcorpus_documents(rows: Iterable[Mapping[str, Any]], lines_per_document: int,
+                         name: str = "bookcorpus") -> Iterator[Document]:
+    """bookcorpus rows (one sentence each, in book order) -> documents of ``lines_per_document``
+    consecutive sentences, numbered by position (BookCorpus has no ids)."""
+    lines: list[str] = []
+    number = 0
+    for row in rows:
+        text = clean_text(row["text"])
+        if text:
+            lines.append(text)
+        if len(lines) == lines_per_document:
+            yield Document(f"{name}:{number}", name, " ".join(lines))
+            lines, number = [], number + 1
+    if lines:
+        yield Document(f"{name}:{number}", name, " ".join(lines))
+
+
+def _interleave(streams: list[Iterator[Document]]) -> Iterator[Document]:
+    # Round robin, so that a max_documents cap takes from both corpora.
+    active = list(streams)
+    while active:
+        for stream in list(active):
+            try:
+                yield next(stream)
+            except StopIteration:
+                active.remove(stream)
+
+
+def stream_hub_corpus(profile: str) -> Iterator[Document]:
+    """Wikipedia + BookCorpus, streamed from the hub and interleaved document by document."""
+    import datasets
+
+    streams = []
+    for corpus in HUB_CORPORA:
+        what = f"{corpus['dataset']}" + (f"/{corpus['config']}" if corpus["config"] else "")
+        ensure_hub_reachable(what, profile)
+        try:
+            rows = datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"], streaming=True)
+        except Exception as exc:  # see load_glue
+            raise DataError(f"could not stream {what} from the Hugging Face hub: {exc}") from exc
+        if corpus["name"] == "bookcorpus":
+            streams.append(bookcorpus_documents(rows, corpus["lines_per_document"], corpus["name"]))
+        else:
+            streams.append(wikipedia_documents(rows, corpus["name"]))
+    return _interleave(streams)
+
+
+def hub_manifest(tasks: Iterable[TaskSpec], tokenizer: str | None) -> dict:
+    """raw/MANIFEST.json of a hub profile: what the later stages will read (nothing is downloaded)."""
+    return {
+        "source": "hub",
+        "corpora": [dict(c) for c in HUB_CORPORA],
+        "tasks": {spec.name: dict(spec.hub) for spec in tasks},
+        "tokenizer": tokenizer,
+        "heldout_fraction": HELDOUT_FRACTION,
+        "files": {},
+    }

