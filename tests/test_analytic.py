@@ -1,6 +1,5 @@
 """The `analytic` outputs: counts from instantiated modules against the thesis's printed numbers."""
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -28,11 +27,8 @@ LABELS = {"sha": "SHA", "mha": "MHA", "el_att": "EL-ATT", "mqa": "MQA", "skv": "
 
 
 @pytest.fixture
-def root(tmp_path, monkeypatch):
-    shutil.copytree(REPO / "params", tmp_path / "params")
-    shutil.copytree(REPO / "workflow" / "templates", tmp_path / "workflow" / "templates")
-    monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
-    return tmp_path
+def root(scratch_root):
+    return scratch_root
 
 
 def test_table_3_13_equals_the_printed_values_exactly():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch):
+def project(scratch_root):
     """A scratch project root with the real params/ and schemas, so tests can edit them."""
-    shutil.copytree(ROOT / "params", tmp_path / "params")
-    shutil.copytree(ROOT / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
-    monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
-    from leanlm.config import _load_matrix_cached
-
-    _load_matrix_cached.cache_clear()
-    yield tmp_path
-    _load_matrix_cached.cache_clear()
+    return scratch_root
 
 
 def edit(path: Path, change) -> None:

@@ -31,11 +31,8 @@ def config():
 
 
 @pytest.fixture
-def root(tmp_path, monkeypatch):
-    shutil.copytree(REPO / "params", tmp_path / "params")
-    shutil.copytree(REPO / "workflow" / "templates", tmp_path / "workflow" / "templates")
-    monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
-    return tmp_path
+def root(scratch_root):
+    return scratch_root
 
 
 def write_results(root: Path, config: dict, skip=lambda run, task, seed: False) -> None:

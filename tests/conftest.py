@@ -1,0 +1,31 @@
+"""Shared test setup: offline hub settings and a scratch project root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+# Tests never touch the network: make any hub call fail at once instead of after a long timeout.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def scratch_root(tmp_path, monkeypatch):
+    """A project root holding copies of params/, the schemas and the templates, which tests may edit;
+    LEANLM_ROOT points at it, so outputs land there too."""
+    from leanlm.config import _load_matrix_cached
+
+    shutil.copytree(REPO / "params", tmp_path / "params")
+    for sub in ("schemas", "templates"):
+        shutil.copytree(REPO / "workflow" / sub, tmp_path / "workflow" / sub)
+    monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
+    _load_matrix_cached.cache_clear()
+    yield tmp_path
+    _load_matrix_cached.cache_clear()
