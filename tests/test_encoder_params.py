@@ -3,11 +3,6 @@ per-block weights, and Table 3.4's closed forms against the instantiated modules
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-
 import pytest
 import torch
 
