@@ -15,11 +15,12 @@ from leanlm.modeling.counting import (
     total_parameters,
 )
 from leanlm.modeling.encoder import BertEncoder
-from leanlm.modeling.heads import BertForMLM, BertForSequenceClassification, from_pretrained_encoder
+from leanlm.modeling.heads import BertForMLM, BertForSequenceClassification
+from leanlm.modeling.models import MODELS, build_model, register_model, transfer_backbone
 
 __all__ = [
     "ATTENTION", "Attention", "build_attention", "ModelConfig", "PRESETS", "BertEncoder",
-    "BertForMLM", "BertForSequenceClassification", "from_pretrained_encoder", "save_checkpoint",
+    "BertForMLM", "BertForSequenceClassification", "MODELS", "build_model", "register_model", "transfer_backbone", "save_checkpoint",
     "load_model", "read_checkpoint_meta", "export_hf", "attention_parameters",
     "model_attention_parameters", "total_parameters", "embedding_parameters", "attention_formula",
 ]

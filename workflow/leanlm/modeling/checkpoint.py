@@ -12,6 +12,7 @@ atomically, weights first: a directory with a config.json always has complete we
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -25,20 +26,21 @@ from torch import nn
 from leanlm.errors import ConfigError, LeanLMError, TrainingError
 from leanlm.io import atomic_path, write_json
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.heads import BertForMLM, BertForSequenceClassification, from_pretrained_encoder
+from leanlm.modeling.models import build_model, head_of, model_class, transfer_backbone
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 FORMAT = "leanlm-checkpoint"
 FORMAT_VERSION = 1
-KINDS = {"mlm": BertForMLM, "classification": BertForSequenceClassification}
 
 
 def model_kind(model: nn.Module) -> str:
-    for kind, cls in KINDS.items():
-        if isinstance(model, cls):
-            return kind
-    raise TypeError(f"cannot checkpoint {type(model).__name__}; known kinds: {', '.join(KINDS)}")
+    """The head name a model registered under (``mlm``, ``classification``, ``causal_lm``, ...)."""
+    try:
+        return head_of(model)
+    except TypeError:
+        raise TypeError(f"cannot checkpoint {type(model).__name__}: it is not registered in "
+                        f"leanlm.modeling.models.MODELS") from None
 
 
 def _deduplicated_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -88,9 +90,9 @@ def read_checkpoint_meta(directory: str | os.PathLike) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise TrainingError(f"checkpoint config {path} is corrupt ({err}); delete the checkpoint "
                             f"and re-run the stage that produces it") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("kind") not in KINDS:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("kind"), str):
         raise TrainingError(f"{path} is not a leanlm checkpoint config (format {FORMAT!r} with "
-                            f"kind in {sorted(KINDS)})")
+                            f"a model kind)")
     return meta
 
 
@@ -111,38 +113,39 @@ def _read_weights(directory: Path, aliases: dict[str, str]) -> dict[str, torch.T
     return tensors
 
 
-def load_model(directory: str | os.PathLike, kind: str = "mlm",
-               num_labels: int | None = None) -> nn.Module:
+def load_model(directory: str | os.PathLike, kind: str | None = None,
+               num_labels: int | None = None, **head_kwargs: Any) -> nn.Module:
     """Rebuild the model saved in ``directory`` on the CPU (in train mode; call ``.eval()`` to infer).
 
-    ``kind="classification"`` on an MLM checkpoint builds a fresh classifier with ``num_labels``
-    and loads the pretrained encoder into it (the fine-tuning start). ``num_labels`` defaults to
-    the saved one for classification checkpoints.
+    ``kind`` is a head name (default: the saved one). Asking for another head than the saved one
+    (e.g. ``"classification"`` on an MLM checkpoint) builds that model fresh and takes over the
+    pretrained backbone: the fine-tuning start. ``num_labels`` defaults to the saved one.
     """
     directory = Path(directory)
-    if kind not in KINDS:
-        raise ConfigError(f"unknown model kind {kind!r}; use one of {sorted(KINDS)}")
     meta = read_checkpoint_meta(directory)
     config_path = directory / CONFIG_NAME
     try:
         config = ModelConfig.from_dict(meta.get("model", {}), where=f"{config_path}: model")
     except ConfigError as err:
         raise TrainingError(f"checkpoint config is unusable: {err}") from None
-    tensors = _read_weights(directory, meta.get("tied", {}))
     saved_kind = meta["kind"]
-    if kind == "mlm":
-        if saved_kind != "mlm":
-            raise TrainingError(f"{directory} holds a {saved_kind} model; an MLM model cannot be "
-                                f"loaded from it")
-        model = BertForMLM(config)
-    else:
-        labels = num_labels if num_labels is not None else meta.get("num_labels")
-        if labels is None:
-            raise ConfigError(f"loading {directory} (an MLM checkpoint) as a classifier needs "
-                              f"num_labels")
-        model = BertForSequenceClassification(config, labels)
-        if saved_kind == "mlm":
-            return from_pretrained_encoder(model, tensors)
+    kind = kind or saved_kind
+    cls = model_class(config.backbone, kind)  # ConfigError naming the backbone's heads if unknown
+    if kind != saved_kind and not getattr(cls, "backbone_prefix", ""):
+        # Only fine-tuning models (those with a backbone_prefix) start from another head's weights.
+        raise TrainingError(f"{directory} holds a {saved_kind} model; a {kind} model cannot be "
+                            f"loaded from it")
+    tensors = _read_weights(directory, meta.get("tied", {}))
+    labels = num_labels if num_labels is not None else meta.get("num_labels")
+    takes_labels = "num_labels" in inspect.signature(cls.__init__).parameters
+    if takes_labels and labels is not None:
+        head_kwargs["num_labels"] = labels
+    elif takes_labels:
+        raise ConfigError(f"loading {directory} (a {saved_kind} checkpoint) as a classifier needs "
+                          f"num_labels")
+    model = build_model(config, kind, **head_kwargs)
+    if kind != saved_kind:
+        return transfer_backbone(model, tensors)
     try:
         model.load_state_dict(tensors, strict=True)
     except RuntimeError as err:

@@ -14,7 +14,9 @@ from typing import Any, Mapping
 
 from leanlm.errors import ConfigError
 
-BACKBONES = ("bert",)
+# Backbone families (DESIGN §6): BERT-style encoder (ch. 2, 3), GPT-2-style decoder (ch. 3),
+# the Vaswani encoder-decoder for translation (ch. 3) and the Qwen2.5-style decoder (ch. 4).
+BACKBONES = ("bert", "gpt2", "transformer", "qwen")
 
 
 @dataclass(kw_only=True)
@@ -43,6 +45,21 @@ class ModelConfig:
     pad_token_id: int = 0
     initializer_range: float = 0.02
     position_offset: int = 0
+    # Word embedding, chosen by name from the embeddings registry ("standard" = nn.Embedding;
+    # ch. 2's hash embeddings and the seeds' BERT-Hash / EELBERT); its own settings go in
+    # ``embedding_options`` (e.g. {"hash": "md5", "bits": 128}).
+    embedding: str = "standard"
+    embedding_options: dict = dataclasses.field(default_factory=dict)
+    # Encoder-decoder ("transformer"): decoder depth; n_layers is the encoder's. 0 elsewhere.
+    n_decoder_layers: int = 0
+    # Qwen-style decoders (ch. 4): key/value heads (0 = n_heads, i.e. MHA; fewer = GQA), RMSNorm on
+    # queries and keys (Qwen3), RoPE base, and the layer layout that says which layers use
+    # ``attention`` (the others use "standard"; DESIGN §8, Table 4.11).
+    n_kv_heads: int = 0
+    qk_norm: bool = False
+    rope_theta: float = 10000.0
+    layout: str = "uniform"
+    tie_word_embeddings: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -57,10 +74,21 @@ class ModelConfig:
                 f"{where}: backbone={self.backbone!r} is not supported here; use one of {BACKBONES}"
             )
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "head_dim", "d_ff",
-                     "max_position", "type_vocab_size"):
+                     "max_position"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{where}: {name}={value!r} must be a positive integer")
+        # Decoders have no token types; 0 means "no token-type embedding".
+        for name in ("type_vocab_size", "n_decoder_layers", "n_kv_heads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{where}: {name}={value!r} must be a non-negative integer")
+        if self.n_kv_heads and self.n_heads % self.n_kv_heads:
+            raise ConfigError(f"{where}: n_heads={self.n_heads} is not a multiple of "
+                              f"n_kv_heads={self.n_kv_heads} (grouped-query attention)")
+        if not isinstance(self.embedding_options, dict):
+            raise ConfigError(f"{where}: embedding_options must be a mapping, got "
+                              f"{type(self.embedding_options).__name__}")
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -76,10 +104,18 @@ class ModelConfig:
             )
         if self.layer_norm_eps <= 0 or self.initializer_range <= 0:
             raise ConfigError(f"{where}: layer_norm_eps and initializer_range must be > 0")
-        if self.attention not in ATTENTION:
+        # Ch. 4's token mixers live in their own registry (they need the block's context, e.g.
+        # RndEmbQK's fixed sequence); a name must be known to one of the two.
+        known = known_attention_names()
+        if self.attention not in known:
             raise ConfigError(
-                f"{where}: attention={self.attention!r} is unknown; known: {', '.join(ATTENTION.names())}"
+                f"{where}: attention={self.attention!r} is unknown; known: {', '.join(sorted(known))}"
             )
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_heads, or n_heads when 0 (plain multi-head attention)."""
+        return self.n_kv_heads or self.n_heads
 
     @property
     def max_tokens(self) -> int:
@@ -124,6 +160,18 @@ class ModelConfig:
         if size not in PRESETS:
             raise ConfigError(f"unknown model size {size!r}; known: {', '.join(PRESETS)}")
         return cls.from_dict({**PRESETS[size], **overrides}, where=f"preset {size!r}")
+
+
+def known_attention_names() -> set[str]:
+    """Every attention name a config may use: ch. 3's registry plus ch. 4's, where installed."""
+    from leanlm.modeling.attention import ATTENTION
+
+    names = set(ATTENTION.names())
+    try:  # ch. 4's mixers register themselves on import
+        from leanlm.modeling.mixers import MIXERS
+    except ImportError:
+        return names
+    return names | set(MIXERS.names())
 
 
 # Sizes for benchmarks and tests. `base` is BERT-base (§3.4.3), `large` BERT-large; `tiny` matches

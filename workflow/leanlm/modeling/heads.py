@@ -6,8 +6,6 @@ Both keep BERT's (and Hugging Face's) structure, so with MHA their parameter cou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,6 +13,7 @@ from torch import nn
 from leanlm.errors import TrainingError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.encoder import BertEncoder, init_bert_weights
+from leanlm.modeling.models import register_model
 
 IGNORE_INDEX = -100  # label of positions that take no part in the loss
 
@@ -31,6 +30,7 @@ class MLMTransform(nn.Module):
         return self.norm(F.gelu(self.dense(hidden)))
 
 
+@register_model("bert", "mlm")
 class BertForMLM(nn.Module):
     """Encoder + MLM head whose decoder shares its weight with the word embeddings (plus a bias)."""
 
@@ -66,6 +66,7 @@ class BertForMLM(nn.Module):
         return {"loss": loss, "logits": logits}
 
 
+@register_model("bert", "classification")
 class BertForSequenceClassification(nn.Module):
     """Encoder (with pooler) -> dropout -> linear classifier on the pooled [CLS] representation.
 
@@ -73,6 +74,9 @@ class BertForSequenceClassification(nn.Module):
     cross-entropy over ``num_labels`` classes. RoBERTa's head (dense + tanh + out_proj, no pooler)
     has the same parameter count as this pooler + classifier.
     """
+
+    backbone_prefix = "encoder."
+    fresh_prefixes = ("pooler.",)
 
     def __init__(self, config: ModelConfig, num_labels: int):
         super().__init__()
@@ -98,37 +102,3 @@ class BertForSequenceClassification(nn.Module):
             else:
                 loss = F.cross_entropy(logits.float(), labels.long())
         return {"loss": loss, "logits": logits}
-
-
-def from_pretrained_encoder(model: nn.Module,
-                            encoder_state: Mapping[str, torch.Tensor] | nn.Module) -> nn.Module:
-    """Copy an MLM-pretrained encoder's weights into ``model.encoder`` (e.g. a classifier).
-
-    ``encoder_state`` is a BertForMLM, a BertEncoder, or the state dict of either. The pooler is
-    the only part allowed to be missing (MLM pretraining has none): it keeps its fresh BERT init,
-    as in BERT fine-tuning without NSP. Anything else missing, extra or of another shape means the
-    checkpoint was made for another architecture, and raises TrainingError listing the keys.
-    """
-    if isinstance(encoder_state, nn.Module):
-        encoder_state = encoder_state.state_dict()
-    prefix = "encoder."
-    if any(key.startswith(prefix) for key in encoder_state):
-        state = {k[len(prefix):]: v for k, v in encoder_state.items() if k.startswith(prefix)}
-    else:
-        state = dict(encoder_state)
-    try:
-        result = model.encoder.load_state_dict(state, strict=False)
-    except RuntimeError as err:  # shape mismatch: another size or attention variant
-        raise TrainingError(
-            f"pretrained encoder does not fit the model ({type(model).__name__}, "
-            f"attention={model.config.attention!r}): {err}"
-        ) from None
-    missing = [k for k in result.missing_keys if not k.startswith("pooler.")]
-    if missing or result.unexpected_keys:
-        raise TrainingError(
-            f"pretrained encoder does not match {type(model).__name__} "
-            f"(attention={model.config.attention!r}): missing {missing[:8]}, "
-            f"unexpected {list(result.unexpected_keys)[:8]}; was it pretrained with another "
-            f"attention variant or size?"
-        )
-    return model
