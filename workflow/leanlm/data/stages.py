@@ -156,6 +156,9 @@ def stage_tasks(config: dict, out: Path) -> None:
         sources = StandInSources(data / "raw")
         fractions = [1 - glue_standins.VALIDATION_FRACTION - glue_standins.TEST_FRACTION,
                      glue_standins.VALIDATION_FRACTION, glue_standins.TEST_FRACTION]
+    from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
+
+    import_task_modules()
     for spec in specs:
         started = time.perf_counter()
         rng = task_rng(seed, spec.name)
@@ -165,9 +168,7 @@ def stage_tasks(config: dict, out: Path) -> None:
                           "split_fractions": fractions}
             rows = cap_splits(rows, max_train, max_eval, rng, renumber=True)
         else:
-            from leanlm.data.hub import glue_task_splits, load_glue
-
-            rows, provenance = glue_task_splits(spec, load_glue(spec, config["profile"]), seed)
+            rows, provenance = HUB_TASK_LOADERS.get(spec.family)(spec, config["profile"], seed)
             rows = cap_splits(rows, max_train, max_eval, rng, renumber=False)
         meta = write_task(out, spec, rows, config["source"], provenance)
         log.info("tasks: %s %s in %.1f s", spec.name, {s: v["rows"] for s, v in meta["splits"].items()},

@@ -1,6 +1,8 @@
 """Task sets on disk: tasks/<task>/{train,validation,test}.jsonl + META.json, for either source.
 
-Rows are ``{"idx": int, "text_a": str, "text_b": str | None, "label": int | float}``. Each split is
+Rows follow the task's input shape (leanlm.data.tasks: GLUE-style rows are ``{"idx": int,
+"text_a": str, "text_b": str | None, "label": int | float}``; multiple-choice, span-QA, seq2seq and
+LM rows have their own keys, checked by :data:`ROW_KEYS`). Each split is
 capped by ``data.tasks.max_train_examples`` (train) or ``max_eval_examples`` (validation, test) with
 a seeded sample. Packaged rows are numbered 0..n-1 in their (seeded, shuffled) file order; hub rows
 keep GLUE's own idx so they can be traced back.
@@ -29,7 +31,7 @@ def cap_splits(rows: dict[str, list[dict]], max_train: int | None, max_eval: int
     for split in SPLITS:
         sample = seeded_sample(rows[split], max_train if split == "train" else max_eval, rng)
         if renumber:
-            sample = [{"idx": i, **{k: r[k] for k in ("text_a", "text_b", "label")}} for i, r in enumerate(sample)]
+            sample = [{"idx": i, **{k: v for k, v in r.items() if k != "idx"}} for i, r in enumerate(sample)]
         else:
             sample.sort(key=lambda r: r["idx"])
         out[split] = sample
@@ -37,6 +39,14 @@ def cap_splits(rows: dict[str, list[dict]], max_train: int | None, max_eval: int
 
 
 def label_distribution(spec: TaskSpec, rows: list[dict]) -> dict:
+    if spec.label_kind == "choice":
+        counts = Counter(r["label"] for r in rows)
+        return {f"choice_{i}": counts.get(i, 0) for i in range(spec.num_labels)}
+    if spec.label_kind == "span":
+        return {"answerable": sum(bool(r["answers"]["text"]) for r in rows),
+                "unanswerable": sum(not r["answers"]["text"] for r in rows)}
+    if spec.label_kind in ("text", "none"):
+        return {}
     labels = [r["label"] for r in rows]
     if spec.is_regression:
         if not labels:
@@ -48,10 +58,56 @@ def label_distribution(spec: TaskSpec, rows: list[dict]) -> dict:
     return {name: counts.get(i, 0) for i, name in enumerate(spec.label_names)}
 
 
+# Required keys of a row per input shape; any row may also carry "group" (e.g. MultiRC's question).
+ROW_KEYS = {
+    "single": {"idx", "text_a", "text_b", "label"},
+    "pair": {"idx", "text_a", "text_b", "label"},
+    "multiple_choice": {"idx", "text_a", "text_b", "choices", "label"},
+    "span_qa": {"idx", "context", "question", "answers"},
+    "seq2seq": {"idx", "source", "target"},
+    "lm": {"idx", "text"},
+}
+OPTIONAL_KEYS = {"group"}
+
+
+def _check_other_shapes(spec: TaskSpec, split: str, row: dict) -> None:
+    def bad(why: str) -> DataError:
+        return DataError(f"task {spec.name} ({split}): {why}: {str(row)[:300]}")
+
+    if spec.input_shape == "multiple_choice":
+        choices = row["choices"]
+        if not isinstance(choices, list) or len(choices) != spec.num_labels or not all(isinstance(c, str) and c for c in choices):
+            raise bad(f"choices must be {spec.num_labels} non-empty strings")
+        if not (isinstance(row["label"], int) and 0 <= row["label"] < spec.num_labels):
+            raise bad(f"label must be the index of the right choice (0..{spec.num_labels - 1})")
+    elif spec.input_shape == "span_qa":
+        answers = row["answers"]
+        if not (isinstance(row["context"], str) and row["context"] and isinstance(row["question"], str) and row["question"]):
+            raise bad("context and question must be non-empty strings")
+        if not isinstance(answers, dict) or set(answers) != {"text", "answer_start"} or len(answers["text"]) != len(answers["answer_start"]):
+            raise bad("answers must be {text: [...], answer_start: [...]} of equal length")
+        for text, start in zip(answers["text"], answers["answer_start"]):
+            if row["context"][start : start + len(text)] != text:
+                raise bad(f"answer {text!r} is not at offset {start} of the context")
+    elif spec.input_shape == "seq2seq":
+        if not (isinstance(row["source"], str) and row["source"] and isinstance(row["target"], str) and row["target"]):
+            raise bad("source and target must be non-empty strings")
+    elif spec.input_shape == "lm":
+        if not (isinstance(row["text"], str) and row["text"]):
+            raise bad("text must be a non-empty string")
+
+
 def check_rows(spec: TaskSpec, split: str, rows: list[dict]) -> None:
     """The row contract, checked before anything is written (a builder bug fails here, loudly)."""
+    required = ROW_KEYS[spec.input_shape]
     for row in rows:
-        if set(row) != {"idx", "text_a", "text_b", "label"} or not isinstance(row["text_a"], str) or not row["text_a"]:
+        if not required <= set(row) or set(row) - required - OPTIONAL_KEYS:
+            raise DataError(f"task {spec.name} ({split}): row keys {sorted(row)} are not the "
+                            f"{spec.input_shape} row keys {sorted(required)} (+ optional {sorted(OPTIONAL_KEYS)})")
+        if not spec.is_text_classification:
+            _check_other_shapes(spec, split, row)
+            continue
+        if not isinstance(row["text_a"], str) or not row["text_a"]:
             raise DataError(f"task {spec.name} ({split}): malformed row {row!r}")
         if spec.is_pair != isinstance(row["text_b"], str):
             raise DataError(f"task {spec.name} ({split}): text_b must be {'a string' if spec.is_pair else 'null'}: {row!r}")

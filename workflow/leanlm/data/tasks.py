@@ -1,8 +1,19 @@
-"""The task registry: one :class:`TaskSpec` per downstream benchmark, read from params/tasks.yaml.
+"""The task registry: one :class:`TaskSpec` per downstream benchmark, read from params/tasks/*.yaml.
 
-params/tasks.yaml is the one table (DESIGN.md §5) that lists each thesis benchmark with its hub
-source and schema mapping, its packaged stand-in, input shape, label type and metrics; this module
-validates it and serves it by name. Training and evaluation code asks ``get_task("cola")`` for the
+params/tasks/ is the one table (DESIGN.md §5), one file per task family (glue.yaml, superglue.yaml,
+...), that lists each thesis benchmark with its hub source and schema mapping, its packaged
+stand-in, input shape, label type and metrics; this module validates it and serves it by name.
+
+Input shapes and the rows a task set holds for each (checked by leanlm.data.task_sets):
+
+- ``single`` / ``pair``: ``{idx, text_a, text_b (None for single), label}`` (GLUE, most of SuperGLUE);
+- ``multiple_choice``: ``{idx, text_a, text_b (question or None), choices: [str, ...], label}`` (COPA);
+- ``span_qa``: ``{idx, context, question, answers: {text: [...], answer_start: [...]}}`` (SQuAD;
+  empty lists = unanswerable, v2.0);
+- ``seq2seq``: ``{idx, source, target}`` (WMT-14 en-de);
+- ``lm``: ``{idx, text}`` (WikiText-103, Penn Treebank: evaluated by perplexity, not trained on).
+
+Any row may also carry ``group`` (e.g. MultiRC's question id, for its per-question EM). Training and evaluation code asks ``get_task("cola")`` for the
 head size (``num_labels``), the loss (``label_kind``) and the metrics to report.
 """
 
@@ -19,10 +30,10 @@ from leanlm import paths
 from leanlm.errors import ConfigError
 from leanlm.registry import Registry
 
-INPUT_SHAPES = ("single", "pair")
-LABEL_KINDS = ("classification", "regression")
-# Metric names shared with leanlm.evaluation (Appendix 3.8's metrics).
-METRICS = ("accuracy", "f1", "matthews", "spearman", "pearson")
+INPUT_SHAPES = ("single", "pair", "multiple_choice", "span_qa", "seq2seq", "lm")
+# classification/regression: text inputs; choice: index of the right choice; span: extractive QA;
+# text: generated text (translation); none: nothing to predict (perplexity).
+LABEL_KINDS = ("classification", "regression", "choice", "span", "text", "none")
 HUB_KEYS = ("dataset", "config", "text_a", "text_b", "label", "train", "validation")
 SPEC_KEYS = ("thesis_name", "input_shape", "label_kind", "num_labels", "label_names", "metrics",
              "primary_metric", "hub", "packaged")
@@ -52,9 +63,15 @@ class TaskSpec:
     def is_regression(self) -> bool:
         return self.label_kind == "regression"
 
+    @property
+    def is_text_classification(self) -> bool:
+        """Single-text or text-pair classification/regression (GLUE-style heads)."""
+        return self.input_shape in ("single", "pair")
+
 
 def tasks_file() -> Path:
-    return paths.params_dir() / "tasks.yaml"
+    """The directory of task family files (params/tasks/)."""
+    return paths.params_dir() / "tasks"
 
 
 def _fail(path: Path, where: str, message: str) -> ConfigError:
@@ -74,22 +91,38 @@ def _spec(path: Path, family: str, name: str, entry: Any) -> TaskSpec:
     if entry["label_kind"] not in LABEL_KINDS:
         raise _fail(path, f"{where}.label_kind", f"{entry['label_kind']!r}; allowed: {', '.join(LABEL_KINDS)}")
     metrics = entry["metrics"]
-    if not isinstance(metrics, list) or not metrics or any(m not in METRICS for m in metrics):
-        raise _fail(path, f"{where}.metrics", f"{metrics!r}; each must be one of {', '.join(METRICS)}")
+    known_metrics = metric_names()
+    if not isinstance(metrics, list) or not metrics or any(m not in known_metrics for m in metrics):
+        raise _fail(path, f"{where}.metrics", f"{metrics!r}; each must be one of {', '.join(known_metrics)}")
     if entry["primary_metric"] != metrics[0]:
         raise _fail(path, f"{where}.primary_metric", f"{entry['primary_metric']!r} must be metrics[0] = {metrics[0]!r}")
     num_labels = entry["num_labels"]
-    regression = entry["label_kind"] == "regression"
-    if not isinstance(num_labels, int) or (regression and num_labels != 1) or (not regression and num_labels < 2):
-        raise _fail(path, f"{where}.num_labels", f"{num_labels!r}; regression needs 1, classification at least 2")
+    kind = entry["label_kind"]
+    shape = entry["input_shape"]
+    expected_kinds = {"multiple_choice": ("choice",), "span_qa": ("span",), "seq2seq": ("text",),
+                      "lm": ("none",)}.get(shape, ("classification", "regression"))
+    if kind not in expected_kinds:
+        raise _fail(path, f"{where}.label_kind", f"{kind!r} does not fit input_shape {shape!r}; use {' or '.join(expected_kinds)}")
+    if kind == "regression":
+        ok, need = num_labels == 1, "1 for regression"
+    elif kind in ("classification", "choice"):
+        ok, need = isinstance(num_labels, int) and num_labels >= 2, f"at least 2 for {kind}"
+    else:
+        ok, need = num_labels == 0, f"0 for {kind}"
+    if not isinstance(num_labels, int) or not ok:
+        raise _fail(path, f"{where}.num_labels", f"{num_labels!r}; needs {need}")
     label_names = entry["label_names"] or []
-    if len(label_names) != (0 if regression else num_labels):
-        raise _fail(path, f"{where}.label_names", f"{label_names!r}; needs one name per class ({num_labels}), none for regression")
+    if len(label_names) != (num_labels if kind == "classification" else 0):
+        raise _fail(path, f"{where}.label_names", f"{label_names!r}; needs one name per class ({num_labels}) for classification, none otherwise")
     hub = entry["hub"]
-    if not isinstance(hub, dict) or sorted(hub) != sorted(HUB_KEYS):
-        raise _fail(path, f"{where}.hub", f"needs exactly the keys {', '.join(HUB_KEYS)}")
-    if (hub["text_b"] is None) != (entry["input_shape"] == "single"):
-        raise _fail(path, f"{where}.hub.text_b", "must be null for single-text tasks and a column for pairs")
+    if shape in ("single", "pair"):
+        if not isinstance(hub, dict) or sorted(hub) != sorted(HUB_KEYS):
+            raise _fail(path, f"{where}.hub", f"needs exactly the keys {', '.join(HUB_KEYS)}")
+        if (hub["text_b"] is None) != (shape == "single"):
+            raise _fail(path, f"{where}.hub.text_b", "must be null for single-text tasks and a column for pairs")
+    elif not isinstance(hub, dict) or "dataset" not in hub:
+        # Other shapes map columns in their family's hub loader; the dataset id is always needed.
+        raise _fail(path, f"{where}.hub", "must be a mapping with at least the key dataset")
     return TaskSpec(
         name=name,
         family=family,
@@ -105,34 +138,47 @@ def _spec(path: Path, family: str, name: str, entry: Any) -> TaskSpec:
     )
 
 
+def metric_names() -> list[str]:
+    """Metric names the evaluation registry knows (Appendix 3.8's metrics and more)."""
+    from leanlm.evaluation.metrics import METRICS, import_metric_modules
+
+    import_metric_modules()
+    return METRICS.names()
+
+
 @lru_cache(maxsize=4)
-def _load(path_str: str, mtime_ns: int) -> tuple[Registry, dict[str, list[str]]]:
-    path = Path(path_str)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(doc, dict) or not doc:
-        raise ConfigError(f"{path}: must map task families (e.g. glue) to their tasks")
+def _load(files: tuple[tuple[str, int], ...]) -> tuple[Registry, dict[str, list[str]]]:
     registry: Registry[TaskSpec] = Registry("task")
     families: dict[str, list[str]] = {}
-    for family, tasks in doc.items():
-        if not isinstance(tasks, dict) or not tasks:
-            raise ConfigError(f"{path}: key {family}: must map task names to their specs")
-        families[family] = []
-        for name, entry in tasks.items():
-            if name in registry:
-                raise ConfigError(f"{path}: task {name!r} is defined twice (again in family {family!r})")
-            registry.register(name)(_spec(path, family, name, entry))
-            families[family].append(name)
+    for path_str, _mtime in files:
+        path = Path(path_str)
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(doc, dict) or not doc:
+            raise ConfigError(f"{path}: must map task families (e.g. glue) to their tasks")
+        for family, tasks in doc.items():
+            if not isinstance(tasks, dict) or not tasks:
+                raise ConfigError(f"{path}: key {family}: must map task names to their specs")
+            if family in families:
+                raise ConfigError(f"{path}: task family {family!r} is defined in two files")
+            families[family] = []
+            for name, entry in tasks.items():
+                if name in registry:
+                    raise ConfigError(f"{path}: task {name!r} is defined twice (again in family {family!r})")
+                registry.register(name)(_spec(path, family, name, entry))
+                families[family].append(name)
     return registry, families
 
 
 def _registry() -> tuple[Registry, dict[str, list[str]]]:
-    path = tasks_file()
-    if not path.is_file():
-        raise ConfigError(f"{path} does not exist; the task table lives in params/tasks.yaml of the project root")
-    return _load(str(path), path.stat().st_mtime_ns)
+    directory = tasks_file()
+    files = sorted(directory.glob("*.yaml")) if directory.is_dir() else []
+    if not files:
+        raise ConfigError(f"{directory} has no task files; the task table lives in params/tasks/<family>.yaml "
+                          f"of the project root")
+    return _load(tuple((str(f), f.stat().st_mtime_ns) for f in files))
 
 
 def get_task(name: str) -> TaskSpec:
@@ -144,7 +190,7 @@ def get_task(name: str) -> TaskSpec:
 
 
 def task_names() -> list[str]:
-    """Every task of params/tasks.yaml, in file order."""
+    """Every task of params/tasks/*.yaml, in file order."""
     return [n for names in _registry()[1].values() for n in names]
 
 

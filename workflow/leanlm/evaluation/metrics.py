@@ -99,3 +99,21 @@ def compute(metric_name: str, predictions: Sequence, references: Sequence) -> fl
 def compute_all(names: Iterable[str], predictions: Sequence, references: Sequence) -> dict[str, float]:
     """Every metric in ``names`` on the same predictions, as ``{name: value}`` in the given order."""
     return {name: compute(name, predictions, references) for name in names}
+
+
+# Metrics of other task shapes live beside their task code and register into METRICS on import.
+METRIC_MODULES = ("leanlm.evaluation.squad", "leanlm.evaluation.superglue_metrics",
+                  "leanlm.evaluation.bleu", "leanlm.evaluation.perplexity")
+# Metrics where lower is better (PRR/PEoP use the inverse formulas, tables bold the minimum).
+LOWER_IS_BETTER = {"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"}
+
+
+def import_metric_modules() -> None:
+    import importlib
+
+    for module in METRIC_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise

@@ -101,7 +101,8 @@ def _import_all() -> None:
     import importlib
 
     for module in ("leanlm.modeling.heads", "leanlm.modeling.decoder", "leanlm.modeling.seq2seq",
-                   "leanlm.modeling.qa", "leanlm.modeling.shuffle_random", "leanlm.modeling.qwen"):
+                   "leanlm.modeling.qa", "leanlm.modeling.multiple_choice",
+                   "leanlm.modeling.shuffle_random", "leanlm.modeling.qwen"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:

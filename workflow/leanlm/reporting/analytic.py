@@ -43,6 +43,13 @@ MEMORY_SEQ_LEN = 512
 
 
 def ch3_variants() -> list[str]:
+    """The softmax variants of Tables 3.4 and 3.13, in the thesis's row order.
+
+    The token mixers "fnet" and "linear" are registered too but left out on purpose: the thesis
+    gives them no row in either table (only GLUE/SuperGLUE scores, Tables 3.5-3.8), FNet has no
+    W^O for Table 3.4's "projection excluded" convention, and Linear's count depends on the
+    sequence length, not on n and d.
+    """
     return [name for name in CH3_VARIANTS if name in ATTENTION]
 
 

@@ -26,6 +26,7 @@ from leanlm.io import read_jsonl, write_json
 from leanlm.modeling.checkpoint import load_model
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.provenance import hardware
+from leanlm.registry import Registry
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.seeding import seed_everything
 from leanlm.training.schedules import warmup_steps_from_ratio
@@ -79,6 +80,48 @@ def _eval_every(settings: dict, task: str, steps_per_epoch: int) -> int:
     if isinstance(value, dict):
         value = value.get(task)
     return int(value) if value else steps_per_epoch
+
+
+class TaskRunner:
+    """Fine-tunes (or only evaluates) one pretrained model on one task with one seed.
+
+    Registered in :data:`TASK_RUNNERS` by the task's input shape. ``seeded = False`` marks runners
+    whose result does not depend on the seed (e.g. perplexity of the pretrained model): they run
+    once, with the first seed. ``__call__`` returns the per-task result: task, seed, metrics
+    (validation), primary_metric, primary, and whatever else the runner measures.
+    """
+
+    seeded: bool = True
+
+    def __call__(self, config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
+        raise NotImplementedError
+
+
+TASK_RUNNERS: Registry[type[TaskRunner]] = Registry("task runner (input shape)")
+# Runners of other input shapes live beside their task code and register on import.
+RUNNER_MODULES = ("leanlm.training.multiple_choice", "leanlm.training.span_qa",
+                  "leanlm.training.translation", "leanlm.training.perplexity",
+                  "leanlm.training.lm_eval_runner")
+
+
+def import_runner_modules() -> None:
+    import importlib
+
+    for module in RUNNER_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise
+
+
+@TASK_RUNNERS.register("single")
+@TASK_RUNNERS.register("pair")
+class TextClassificationRunner(TaskRunner):
+    """GLUE-style single-text / text-pair classification and regression."""
+
+    def __call__(self, config, run_id, family, task, seed, tokenizer):
+        return finetune_task(config, run_id, family, task, seed, tokenizer)
 
 
 def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
@@ -153,12 +196,14 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     started = time.time()
     tokenizer = load_tokenizer(profile)
     results = []
+    import_runner_modules()
     for task in config["finetune"][family]["tasks"]:
-        for seed in config["seeds"]:
-            result = finetune_task(config, run_id, family, task, seed, tokenizer)
+        runner = TASK_RUNNERS.get(get_task(task).input_shape)()
+        for seed in config["seeds"] if runner.seeded else config["seeds"][:1]:
+            result = runner(config, run_id, family, task, seed, tokenizer)
             log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])
             results.append(result)
-    probe = load_model(paths.models_dir(profile) / run_id, kind="mlm")
+    probe = load_model(paths.models_dir(profile) / run_id)  # the pretrained model, as saved
     record = {
         "profile": profile,
         "experiment": run.experiment,

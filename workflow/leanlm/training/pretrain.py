@@ -1,4 +1,10 @@
-"""``leanlm pretrain``: pretrain one model of the experiment matrix (MLM for the ch. 3 encoder).
+"""``leanlm pretrain``: pretrain one model of the experiment matrix with its objective.
+
+Objectives are registered by name in :data:`OBJECTIVES` (the ``objective`` of an experiment and the
+``pretrain.<objective>`` block of a profile): ``mlm`` (BERT), ``causal_lm`` (GPT-2, Qwen) here;
+``shuffle_random`` (ch. 2) and ``translation`` (ch. 3's encoder-decoder, trained from scratch) in
+their own modules. An objective says which model head it trains, how it turns the packed corpus into
+batches, and how it scores the validation split.
 
 Reads the profile's corpus and tokenizer, packs the training documents into full-length sequences,
 trains with the shared engine (checkpoints + resume after a kill), and writes
@@ -27,7 +33,8 @@ from leanlm.io import write_json
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
-from leanlm.modeling.heads import BertForMLM
+from leanlm.modeling.models import build_model
+from leanlm.registry import Registry
 from leanlm.provenance import hardware
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.objectives import mlm_mask, pack_sequences
@@ -42,6 +49,33 @@ from leanlm.training.text_batches import (
 log = logging.getLogger(__name__)
 
 PRETRAIN_SEED = 0  # one pretrained model per configuration, as in the thesis
+IGNORE_INDEX = -100
+
+
+class PretrainObjective:
+    """What an objective defines; the packing of the corpus and the training loop are shared.
+
+    ``head``: the model head trained (leanlm.modeling.models); ``metric``: the name of the
+    validation number written to pretrain.json. Subclasses override :meth:`batches` and, when the
+    corpus is not packed text, :meth:`run` itself.
+    """
+
+    head: str = ""
+    metric: str = "loss"
+
+    def batches(self, settings: dict, tokenizer, sequences: torch.Tensor, seed: int):
+        raise NotImplementedError
+
+    def run(self, config: dict, run) -> dict:
+        return pretrain_packed(config, run, self)
+
+
+OBJECTIVES: Registry[PretrainObjective] = Registry("pretraining objective")
+
+
+def special_token_ids(tokenizer) -> list[int]:
+    return [i for i in (tokenizer.token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"))
+            if i is not None]
 
 
 class MLMBatches:
@@ -66,6 +100,43 @@ class MLMBatches:
         return {"input_ids": inputs, "attention_mask": torch.ones_like(rows), "labels": labels}
 
 
+class CausalLMBatches:
+    """``batch_at(step, micro)`` for next-token prediction over packed sequences (the model shifts)."""
+
+    def __init__(self, sequences: torch.Tensor, batch_size: int, grad_accum: int, seed: int):
+        self.sequences, self.batch_size, self.seed = sequences, batch_size, seed
+        self.per_step = micro_batches_per_step(grad_accum)
+
+    def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
+        start = (step * self.per_step + micro) * self.batch_size
+        rows = self.sequences[example_indices(len(self.sequences), self.seed, start, self.batch_size)]
+        return self.masked(rows, None)
+
+    def masked(self, rows: torch.Tensor, generator) -> dict[str, torch.Tensor]:
+        # Named like MLMBatches.masked so validation_loss serves both; nothing is masked here.
+        return {"input_ids": rows, "attention_mask": torch.ones_like(rows), "labels": rows.clone()}
+
+
+@OBJECTIVES.register("mlm")
+class MLMObjective(PretrainObjective):
+    head = "mlm"
+    metric = "mlm"
+
+    def batches(self, settings, tokenizer, sequences, seed):
+        return MLMBatches(sequences, special_token_ids(tokenizer), tokenizer.token_to_id("[MASK]"),
+                          tokenizer.get_vocab_size(), settings["batch_size"], settings["grad_accum"],
+                          settings["mask_prob"], seed)
+
+
+@OBJECTIVES.register("causal_lm")
+class CausalLMObjective(PretrainObjective):
+    head = "causal_lm"
+    metric = "lm"
+
+    def batches(self, settings, tokenizer, sequences, seed):
+        return CausalLMBatches(sequences, settings["batch_size"], settings["grad_accum"], seed)
+
+
 def _pack(tokenizer, path, seq_len: int, desc: str) -> torch.Tensor:
     docs = tokenize_documents(tokenizer, read_documents(path), desc=desc)
     packed = pack_sequences(docs, seq_len, tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
@@ -76,7 +147,8 @@ def _pack(tokenizer, path, seq_len: int, desc: str) -> torch.Tensor:
 
 @torch.no_grad()
 def validation_loss(model, batches: MLMBatches, sequences: torch.Tensor, device, max_rows: int = 512) -> float:
-    """Mean MLM loss on the validation split with fixed masks (comparable across runs of a profile)."""
+    """Mean loss per predicted token on the validation split, with fixed masks where the objective
+    masks (so it is comparable across runs of a profile)."""
     model.eval()
     total, count = 0.0, 0
     rows = sequences[:max_rows]
@@ -84,7 +156,9 @@ def validation_loss(model, batches: MLMBatches, sequences: torch.Tensor, device,
     for start in range(0, len(rows), batches.batch_size):
         batch = batches.masked(rows[start : start + batches.batch_size], generator)
         batch = {k: v.to(device) for k, v in batch.items()}
-        n = int((batch["labels"] != -100).sum())
+        labels = batch["labels"]
+        # Causal LM predicts every token but the first of each row; MLM only the masked ones.
+        n = labels[:, 1:].numel() if isinstance(batches, CausalLMBatches) else int((labels != IGNORE_INDEX).sum())
         if n:
             total += float(model(**batch)["loss"]) * n
             count += n
@@ -92,12 +166,34 @@ def validation_loss(model, batches: MLMBatches, sequences: torch.Tensor, device,
     return total / max(count, 1)
 
 
+def _import_objectives() -> None:
+    """Objectives defined beside their models register themselves on import."""
+    import importlib
+
+    for module in ("leanlm.training.shuffle_random_objective", "leanlm.training.translation"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise
+
+
 def pretrain(config: dict, run_id: str) -> dict:
+    """Pretrain (or, for translation, train) the run ``run_id`` with its experiment's objective."""
     run = get_run(config, run_id)
+    _import_objectives()
+    try:
+        objective = OBJECTIVES.get(run.objective)
+    except ConfigError as err:
+        raise ConfigError(f"{config['_params_file']}: run {run_id}: {err}") from None
+    return objective().run(config, run)
+
+
+def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
+    """Shared runner for objectives over the packed pretraining corpus (MLM, causal LM, ...)."""
+    run_id = run.run_id
     profile = config["profile"]
     settings = config["pretrain"][run.objective]
-    if run.objective != "mlm":
-        raise ConfigError(f"{config['_params_file']}: objective {run.objective!r} has no pretraining runner yet")
     if settings["seq_len"] > run.model["max_position"]:
         raise ConfigError(
             f"{config['_params_file']}: pretrain.{run.objective}.seq_len = {settings['seq_len']} exceeds "
@@ -112,12 +208,8 @@ def pretrain(config: dict, run_id: str) -> dict:
     log.info("%s: %d training sequences of %d tokens", run_id, len(train_seqs), settings["seq_len"])
 
     model_config = ModelConfig.from_dict({**run.model, "vocab_size": tokenizer.get_vocab_size()})
-    model = BertForMLM(model_config)
-    special_ids = [tokenizer.token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")]
-    batches = MLMBatches(
-        train_seqs, special_ids, tokenizer.token_to_id("[MASK]"), tokenizer.get_vocab_size(),
-        settings["batch_size"], settings["grad_accum"], settings["mask_prob"], PRETRAIN_SEED,
-    )
+    model = build_model(model_config, objective.head)
+    batches = objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED)
     out_dir = paths.models_dir(profile) / run_id
     train_config = TrainConfig(
         total_steps=settings["steps"],
@@ -150,7 +242,8 @@ def pretrain(config: dict, run_id: str) -> dict:
         "config": public(config),
         "summary": {k: v for k, v in summary.items() if k != "history"},
         "history": summary.get("history", []),
-        "validation": {"mlm_loss": val_loss, "mlm_perplexity": math.exp(min(val_loss, 50.0))},
+        "validation": {f"{objective.metric}_loss": val_loss,
+                       f"{objective.metric}_perplexity": math.exp(min(val_loss, 50.0))},
         "data": {"train_sequences": len(train_seqs), "validation_sequences": len(valid_seqs)},
         "parameters": {
             "total": total_parameters(model),
@@ -162,5 +255,5 @@ def pretrain(config: dict, run_id: str) -> dict:
     }
     write_json(paths.results_dir(profile) / "runs" / run_id / "pretrain.json", record)
     trainer.remove_checkpoint()
-    log.info("%s: final loss %.4f, validation MLM loss %.4f", run_id, summary["final_loss"], val_loss)
+    log.info("%s: final loss %.4f, validation %s loss %.4f", run_id, summary["final_loss"], objective.metric, val_loss)
     return record

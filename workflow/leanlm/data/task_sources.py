@@ -1,0 +1,47 @@
+"""Where each task family's rows come from, per source: one registry per source, keyed by family.
+
+- packaged: stand-in builders register by *task* name in ``glue_standins.STANDINS`` (the GLUE
+  stand-ins) or in their own family modules, which import that registry and add to it;
+- hub: a loader per *family* in :data:`HUB_TASK_LOADERS`, ``loader(spec, profile, seed) ->
+  (rows by split, provenance)``; GLUE's is here, other families register theirs beside their
+  schema mapping.
+
+:func:`import_task_modules` imports every family module so its registrations take effect; a
+module that does not exist yet is skipped (families are added one module at a time).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from leanlm.data.tasks import TaskSpec
+from leanlm.registry import Registry
+
+HubLoader = Callable[[TaskSpec, str, int], tuple[dict, dict]]
+HUB_TASK_LOADERS: Registry[HubLoader] = Registry("hub task family loader")
+
+# Modules that register packaged stand-ins and hub loaders for their families.
+TASK_MODULES = (
+    "leanlm.data.glue_standins",
+    "leanlm.data.superglue",
+    "leanlm.data.squad",
+    "leanlm.data.translation",
+    "leanlm.data.lm_tasks",
+)
+
+
+@HUB_TASK_LOADERS.register("glue")
+def load_glue_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
+    from leanlm.data.hub import glue_task_splits, load_glue
+
+    return glue_task_splits(spec, load_glue(spec, profile), seed)
+
+
+def import_task_modules() -> None:
+    for module in TASK_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise
