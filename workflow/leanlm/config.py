@@ -26,6 +26,10 @@ from leanlm.errors import ConfigError
 
 # Run fields that override the profile's backbone size (e.g. an SHA run with one head).
 MODEL_OVERRIDES = ("n_layers", "n_heads", "head_dim", "d_model")
+# Run fields that are not model settings.
+RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers")
+# The attention a run gets when it names none: the thesis's standard softmax attention.
+DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen": "standard"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,10 @@ class Run:
     objective: str
     finetune: tuple[str, ...]
     model: dict[str, Any] = field(hash=False)
+    size: str = ""
+    tokenizer: str = "profile"
+    evaluate_from: str = ""           # ch. 4 skip: evaluate this run's trained model instead
+    skip_simple_layers: bool = False
 
     @property
     def run_id(self) -> str:
@@ -136,15 +144,27 @@ def load_config(params_file: str | Path | None = None) -> dict:
 
 def _check_combinations(config: dict, path: Path) -> None:
     """Cross-file checks the schema cannot express: names that must exist elsewhere."""
-    from leanlm.modeling.attention import ATTENTION  # imported late: it pulls in torch
+    from leanlm.modeling.config import known_attention_names
 
+    known = known_attention_names()
+    for size, settings in config["models"].items():
+        backbone = settings.get("backbone", size)
+        if backbone not in DEFAULT_ATTENTION:
+            raise ConfigError(f"{path}: key models.{size} is not a backbone name; give it backbone: one of "
+                              f"{', '.join(DEFAULT_ATTENTION)}")
     for name, experiment in config["_matrix"].items():
         where = f"params/experiments (experiment {name!r})"
-        if experiment["backbone"] not in config["models"]:
-            raise ConfigError(
-                f"{path}: experiment {name!r} needs backbone {experiment['backbone']!r} but key models has "
-                f"only {', '.join(config['models'])}; add models.{experiment['backbone']}"
-            )
+        sizes = {experiment.get("size", experiment["backbone"])}
+        sizes |= {r["size"] for r in experiment["runs"].values() if "size" in r}
+        for size in sorted(sizes):
+            if size not in config["models"]:
+                raise ConfigError(
+                    f"{path}: experiment {name!r} needs model size {size!r} but key models has "
+                    f"only {', '.join(config['models'])}; add models.{size}"
+                )
+            if config["models"][size].get("backbone", size) != experiment["backbone"]:
+                raise ConfigError(f"{path}: models.{size} is not a {experiment['backbone']} backbone "
+                                  f"(experiment {name!r})")
         if experiment["objective"] not in config["pretrain"]:
             raise ConfigError(
                 f"{path}: experiment {name!r} pretrains with {experiment['objective']!r}; add pretrain.{experiment['objective']}"
@@ -153,13 +173,25 @@ def _check_combinations(config: dict, path: Path) -> None:
             if family not in config["finetune"]:
                 raise ConfigError(f"{path}: experiment {name!r} fine-tunes on {family!r}; add finetune.{family}")
         for run_name, run in experiment["runs"].items():
-            if run["attention"] not in ATTENTION:
+            attention = {**experiment.get("defaults", {}), **run}.get("attention", DEFAULT_ATTENTION[experiment["backbone"]])
+            if attention not in known:
                 raise ConfigError(
-                    f"{where}: run {run_name!r} has attention {run['attention']!r}, which is not a registered "
-                    f"variant; allowed: {', '.join(ATTENTION.names())}"
+                    f"{where}: run {run_name!r} has attention {attention!r}, which is not a registered "
+                    f"variant; allowed: {', '.join(sorted(known))}"
                 )
+            target = run.get("evaluate_from")
+            if target and target not in experiment["runs"] and target not in {
+                    f"{e}-{r}" for e, x in config["_matrix"].items() for r in x["runs"]}:
+                raise ConfigError(f"{where}: run {run_name!r} evaluates {target!r}, which is no run of this "
+                                  f"experiment or profile")
     for run in runs(config):
         m = run.model
+        try:
+            from leanlm.modeling.config import ModelConfig
+
+            ModelConfig.from_dict({**m, "vocab_size": 1000}, where=f"run {run.run_id}")
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
         if m["n_heads"] * m["head_dim"] != m["d_model"]:
             raise ConfigError(
                 f"{path}: run {run.run_id} has n_heads x head_dim = {m['n_heads']} x {m['head_dim']} != "
@@ -175,7 +207,7 @@ def _check_combinations(config: dict, path: Path) -> None:
                 raise ConfigError(f"{path}: key finetune.{family}.tasks: {exc}") from None
             if spec.family != family:
                 raise ConfigError(f"{path}: task {task!r} belongs to family {spec.family!r}, not {family!r}")
-        if isinstance(settings["eval_every"], dict):
+        if isinstance(settings.get("eval_every"), dict):
             unknown = sorted(set(settings["eval_every"]) - set(settings["tasks"]))
             if unknown:
                 raise ConfigError(f"{path}: key finetune.{family}.eval_every names tasks not in the family: {unknown}")
@@ -185,17 +217,28 @@ def runs(config: dict) -> list[Run]:
     """The pretrained models a profile runs, in matrix order."""
     out = []
     for experiment_name, experiment in config["_matrix"].items():
-        size = config["models"][experiment["backbone"]]
-        for run_name, fields in experiment["runs"].items():
-            model = {"backbone": experiment["backbone"], **size, **fields}
+        backbone = experiment["backbone"]
+        for run_name, run_fields in experiment["runs"].items():
+            fields = {**experiment.get("defaults", {}), **run_fields}
+            size_name = fields.get("size", experiment.get("size", backbone))
+            size = {k: v for k, v in config["models"][size_name].items() if k != "backbone"}
+            model = {"backbone": backbone, "attention": DEFAULT_ATTENTION[backbone], **size,
+                     **{k: v for k, v in fields.items() if k not in RUN_ONLY_FIELDS}}
+            target = fields.get("evaluate_from", "")
+            if target and "-" not in target:
+                target = f"{experiment_name}-{target}"
             out.append(
                 Run(
                     experiment=experiment_name,
                     name=run_name,
-                    backbone=experiment["backbone"],
+                    backbone=backbone,
                     objective=experiment["objective"],
                     finetune=tuple(experiment["finetune"]),
                     model=model,
+                    size=size_name,
+                    tokenizer=experiment.get("tokenizer", "profile"),
+                    evaluate_from=target,
+                    skip_simple_layers=bool(fields.get("skip_simple_layers", False)),
                 )
             )
     return out

@@ -22,7 +22,9 @@ def attention_parameters(module: nn.Module) -> int:
 
 def qkv_parameters(module: Attention) -> int:
     """Weights of one sublayer without the output projection: what Table 3.4's formulas count."""
-    return attention_parameters(module) - module.output.weight.numel()
+    # Token mixers without an output projection (FNet: nn.Identity) have nothing to subtract.
+    output = getattr(module.output, "weight", None)
+    return attention_parameters(module) - (output.numel() if output is not None else 0)
 
 
 def attention_blocks(model: nn.Module) -> list[Attention]:

@@ -44,7 +44,7 @@ class BertLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.attention = build_attention(
-            config.attention, d_model=config.d_model, n_heads=config.n_heads,
+            config.attention, max_len=config.max_tokens, d_model=config.d_model, n_heads=config.n_heads,
             head_dim=config.head_dim, dropout=config.attention_dropout, causal=False, bias=True,
         )
         self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)

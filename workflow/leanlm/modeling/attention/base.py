@@ -164,6 +164,13 @@ class Attention(nn.Module, abc.ABC):
                 f"dropout={self.dropout}, causal={self.causal}")
 
 
-def build_attention(name: str, **kwargs) -> Attention:
-    """Instantiate the attention variant registered as ``name`` (ConfigError if unknown)."""
-    return ATTENTION.get(name)(**kwargs)
+def build_attention(name: str, max_len: int | None = None, **kwargs) -> Attention:
+    """Instantiate the attention variant registered as ``name`` (ConfigError if unknown).
+
+    ``max_len`` (the model's longest input) reaches only the variants that size parameters by it
+    (Linear token mixing); backbones pass it always, so they need not know which variants care.
+    """
+    cls = ATTENTION.get(name)
+    if getattr(cls, "needs_max_len", False) and max_len is not None:
+        kwargs["max_len"] = max_len
+    return cls(**kwargs)
