@@ -164,13 +164,16 @@ class Attention(nn.Module, abc.ABC):
                 f"dropout={self.dropout}, causal={self.causal}")
 
 
-def build_attention(name: str, max_len: int | None = None, **kwargs) -> Attention:
+_UNSET = object()
+
+
+def build_attention(name: str, max_len=_UNSET, **kwargs) -> Attention:
     """Instantiate the attention variant registered as ``name`` (ConfigError if unknown).
 
     ``max_len`` (the model's longest input) reaches only the variants that size parameters by it
     (Linear token mixing); backbones pass it always, so they need not know which variants care.
     """
     cls = ATTENTION.get(name)
-    if getattr(cls, "needs_max_len", False) and max_len is not None:
+    if getattr(cls, "needs_max_len", False) and max_len is not _UNSET:
         kwargs["max_len"] = max_len
     return cls(**kwargs)
