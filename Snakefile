@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from leanlm.config import load_config, runs
+from leanlm.config import load_config, pretrain_settings, runs
 from leanlm.provenance import code_version
 
 PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smoke.yaml"
@@ -30,7 +30,7 @@ shell.prefix(f'export PATH="{Path(sys.executable).parent}:$PATH"; set -euo pipef
 
 wildcard_constraints:
     profile=PROFILE,
-    run_id="|".join(RUNS) or "NONE",
+    run_id="|".join(sorted(RUNS, key=len, reverse=True)) or "NONE",
     family="[a-z0-9_]+",
 
 

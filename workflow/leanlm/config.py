@@ -221,7 +221,8 @@ def runs(config: dict) -> list[Run]:
         for run_name, run_fields in experiment["runs"].items():
             fields = {**experiment.get("defaults", {}), **run_fields}
             size_name = fields.get("size", experiment.get("size", backbone))
-            size = {k: v for k, v in config["models"][size_name].items() if k != "backbone"}
+            size = {k: v for k, v in config["models"][size_name].items()
+                    if k not in ("backbone", "pretrain_overrides")}
             model = {"backbone": backbone, "attention": DEFAULT_ATTENTION[backbone], **size,
                      **{k: v for k, v in fields.items() if k not in RUN_ONLY_FIELDS}}
             target = fields.get("evaluate_from", "")
@@ -242,6 +243,12 @@ def runs(config: dict) -> list[Run]:
                 )
             )
     return out
+
+
+def pretrain_settings(config: dict, run: Run) -> dict:
+    """The profile's pretrain.<objective> block with the run's size overrides (BIG: 300K steps)."""
+    overrides = config["models"][run.size].get("pretrain_overrides", {})
+    return {**config["pretrain"][run.objective], **overrides}
 
 
 def get_run(config: dict, run_id: str) -> Run:

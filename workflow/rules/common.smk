@@ -7,6 +7,15 @@ def run_dir(run_id):
     return f"models/{PROFILE}/{run_id}"
 
 
+def trained_run(run_id):
+    """The run whose trained model ``run_id`` uses: itself, or the one it evaluates (ch. 4 skip)."""
+    return RUNS[run_id].evaluate_from or run_id
+
+
+def model_of(wildcards):
+    return f"models/{PROFILE}/{trained_run(wildcards.run_id)}/model.safetensors"
+
+
 def family_results():
     return [
         f"results/{PROFILE}/runs/{run_id}/{family}.json"

@@ -4,14 +4,15 @@
 rule finetune:
     input:
         data_inputs("tasks", "tokenizer"),
-        model="models/{profile}/{run_id}/model.safetensors",
+        model=model_of,
     output:
         "results/{profile}/runs/{run_id}/{family}.json",
     params:
         finetune=lambda w: CFG["finetune"][w.family],
         seeds=CFG["seeds"],
         data=DATA_PARAMS,
-        code=code_version("modeling", "training", "evaluation", "data/tasks"),
+        run=lambda w: {"evaluate_from": RUNS[w.run_id].evaluate_from, "skip": RUNS[w.run_id].skip_simple_layers},
+        code=code_version("modeling", "training", "evaluation", "data/tasks", "hashing"),
     threads: 1
     resources:
         gpu=1 if PROFILE == "paper" else 0,

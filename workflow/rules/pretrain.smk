@@ -1,18 +1,20 @@
-# One job per pretrained model of the experiment matrix.
+# One job per trained model of the experiment matrix (runs that only evaluate another run's model,
+# like ch. 4's skip, have none).
 
 
 rule pretrain:
     input:
-        data_inputs("corpus", "tokenizer"),
+        # tasks: the translation objective trains on a task's train split.
+        data_inputs("corpus", "tokenizer", "tasks"),
     output:
         model="models/{profile}/{run_id}/model.safetensors",
         config="models/{profile}/{run_id}/config.json",
         metrics="results/{profile}/runs/{run_id}/pretrain.json",
     params:
         model=lambda w: RUNS[w.run_id].model,
-        pretrain=lambda w: CFG["pretrain"][RUNS[w.run_id].objective],
+        pretrain=lambda w: pretrain_settings(CFG, RUNS[w.run_id]),
         data=DATA_PARAMS,
-        code=code_version("modeling", "training", "data/tokenizer"),
+        code=code_version("modeling", "training", "data/tokenizer", "hashing"),
     threads: 1
     resources:
         gpu=1 if PROFILE == "paper" else 0,

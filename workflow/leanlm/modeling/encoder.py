@@ -87,13 +87,16 @@ class BertEncoder(nn.Module):
         init_bert_weights(self, config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None
+                token_type_ids: torch.Tensor | None = None, **features: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Returns ``(sequence_output (B, L, d_m), pooled_output (B, d_m) or None without pooler)``."""
+        """Returns ``(sequence_output (B, L, d_m), pooled_output (B, d_m) or None without pooler)``.
+
+        ``features`` (e.g. ``hash_bits``) go to the word embedding: hash embeddings read them.
+        """
         if attention_mask is not None and bool(attention_mask.all()):
             # No padding: drop the mask so SDPA can take its mask-free (fastest) path.
             attention_mask = None
-        x = self.embeddings(input_ids, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, **features)
         for layer in self.layers:
             x = layer(x, attention_mask)
         pooled = self.pooler(x) if self.pooler is not None else None

@@ -42,12 +42,16 @@ class BertForMLM(nn.Module):
         self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=True)
         init_bert_weights(self.transform, config.initializer_range)
         init_bert_weights(self.decoder, config.initializer_range)
-        # Tied after init so the shared matrix keeps the embedding's initialisation.
-        self.decoder.weight = self.encoder.embeddings.word_embeddings.weight
+        # Tied after init so the shared matrix keeps the embedding's initialisation. Only BERT's own
+        # table can be tied: a hash or projected embedding has no (vocab x d) matrix to share.
+        words = self.encoder.embeddings.word_embeddings
+        if isinstance(words, nn.Embedding) and words.weight.shape == self.decoder.weight.shape:
+            self.decoder.weight = words.weight
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+                labels: torch.Tensor | None = None, **features: torch.Tensor
+                ) -> dict[str, torch.Tensor | None]:
         """Returns ``dict(loss, logits)``.
 
         Without labels, logits are (B, L, V) and loss is None. With labels (B, L; -100 = ignored),
@@ -55,7 +59,7 @@ class BertForMLM(nn.Module):
         largest matmul of the model), so logits are (N_labelled, V) in row-major order of those
         positions. A batch with no labelled position gets a zero loss that still has a graph.
         """
-        sequence, _ = self.encoder(input_ids, attention_mask, token_type_ids)
+        sequence, _ = self.encoder(input_ids, attention_mask, token_type_ids, **features)
         if labels is None:
             return {"loss": None, "logits": self.decoder(self.transform(sequence))}
         selected = labels != IGNORE_INDEX
@@ -91,9 +95,13 @@ class BertForSequenceClassification(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
-        """Returns ``dict(loss, logits)``; logits are (B, num_labels), loss None without labels."""
-        _, pooled = self.encoder(input_ids, attention_mask, token_type_ids)
+                labels: torch.Tensor | None = None, **features: torch.Tensor
+                ) -> dict[str, torch.Tensor | None]:
+        """Returns ``dict(loss, logits)``; logits are (B, num_labels), loss None without labels.
+
+        ``features`` (hash embeddings' ``hash_bits`` etc.) go to the word embedding.
+        """
+        _, pooled = self.encoder(input_ids, attention_mask, token_type_ids, **features)
         logits = self.classifier(self.dropout(pooled))
         loss = None
         if labels is not None:

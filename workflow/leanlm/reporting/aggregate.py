@@ -21,9 +21,13 @@ from leanlm.io import atomic_path
 log = logging.getLogger(__name__)
 
 COLUMNS = [
-    "profile", "experiment", "run", "run_id", "family", "attention", "task", "seed", "metric", "value",
+    "profile", "experiment", "run", "run_id", "family", "backbone", "attention", "embedding", "layout",
+    "n_layers", "n_decoder_layers", "d_model", "n_heads", "head_dim", "task", "seed", "metric", "value",
     "is_primary", "params_total", "params_attention", "params_embedding",
 ]
+# Model settings copied into every row (tables group and label by them); defaults for old files.
+MODEL_COLUMNS = {"backbone": "bert", "embedding": "standard", "layout": "uniform", "n_layers": 0,
+                 "n_decoder_layers": 0, "d_model": 0, "n_heads": 0, "head_dim": 0}
 SKIPPED = {"pretrain.json"}
 
 
@@ -58,13 +62,15 @@ def rows_from_file(path: Path, profile: str) -> list[dict]:
             "results of different profiles must not be mixed"
         )
     params = _require(doc, "parameters", "", path)
+    model = _require(doc, "model", "", path)
     base = {
+        **{k: model.get(k, default) for k, default in MODEL_COLUMNS.items()},
         "profile": profile,
         "experiment": _require(doc, "experiment", "", path),
         "run": _require(doc, "run", "", path),
         "run_id": _require(doc, "run_id", "", path),
         "family": _require(doc, "family", "", path),
-        "attention": _attention_name(_require(doc, "model", "", path), path),
+        "attention": _attention_name(model, path),
         "params_total": int(_require(params, "total", "parameters.", path)),
         "params_attention": int(_require(params, "attention", "parameters.", path)),
         "params_embedding": int(_require(params, "embedding", "parameters.", path)),

@@ -66,12 +66,19 @@ def load_reported(name: str) -> pd.DataFrame:
             f"{path} does not exist: transcribe the thesis's {name} into it (see the other "
             "params/reported/*.csv files for the layout)"
         )
-    df = pd.read_csv(path, comment="#", dtype={"attention": str})
-    if "attention" not in df.columns:
-        raise LeanLMError(f"{path}: needs an 'attention' column with the printed variant labels")
-    if df["attention"].duplicated().any():
-        raise LeanLMError(f"{path}: attention labels repeat: {sorted(df['attention'][df['attention'].duplicated()])}")
-    return df.set_index("attention")
+    df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+    # The first column holds the printed row label ("attention" in ch. 3, "model" in ch. 2, ...).
+    key = df.columns[0]
+    if key not in ("attention", "model", "row"):
+        raise LeanLMError(f"{path}: the first column must be the printed row label, named attention, "
+                          f"model or row; got {key!r}")
+    if df[key].duplicated().any():
+        raise LeanLMError(f"{path}: {key} labels repeat: {sorted(df[key][df[key].duplicated()])}")
+    for column in df.columns[1:]:  # numeric columns back to numbers; printed counts stay text
+        numeric = pd.to_numeric(df[column].replace("", None), errors="coerce")
+        if numeric.notna().sum() == (df[column] != "").sum():
+            df[column] = numeric
+    return df.set_index(key)
 
 
 def reported_row(df: pd.DataFrame, name: str) -> pd.Series | None:

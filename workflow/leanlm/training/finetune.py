@@ -22,6 +22,7 @@ from leanlm.data.tasks import get_task
 from leanlm.data.tokenizer import load_tokenizer
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.metrics import compute_all
+from leanlm.evaluation.superglue_metrics import attach_groups
 from leanlm.io import read_jsonl, write_json
 from leanlm.modeling.checkpoint import load_model
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
@@ -143,7 +144,9 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     total_steps = settings["epochs"] * steps_per_epoch
 
     def evaluate(m) -> dict:
-        return compute_all(spec.metrics, predict(m, dev_enc, pad_id, regression), dev_labels)
+        # Grouped tasks (MultiRC: rows carry the question id) score (group, value) pairs, for per-group EM.
+        return compute_all(spec.metrics, attach_groups(dev_rows, predict(m, dev_enc, pad_id, regression)),
+                           attach_groups(dev_rows, dev_labels))
 
     scratch = paths.models_dir(profile) / run_id / "finetune" / f"{task}-seed{seed}"
     trainer = Trainer(
@@ -171,7 +174,8 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     started = time.time()
     summary = trainer.fit()
     metrics = evaluate(model)  # the best state is restored by the engine
-    test_metrics = compute_all(spec.metrics, predict(model, test_enc, pad_id, regression), [r["label"] for r in test_rows])
+    test_metrics = compute_all(spec.metrics, attach_groups(test_rows, predict(model, test_enc, pad_id, regression)),
+                               attach_groups(test_rows, [r["label"] for r in test_rows]))
     shutil.rmtree(scratch, ignore_errors=True)
     return {
         "task": task,

@@ -26,7 +26,7 @@ import time
 import torch
 
 from leanlm import paths
-from leanlm.config import get_run, public
+from leanlm.config import get_run, pretrain_settings, public
 from leanlm.data.tokenizer import load_tokenizer
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import write_json
@@ -193,7 +193,7 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
     """Shared runner for objectives over the packed pretraining corpus (MLM, causal LM, ...)."""
     run_id = run.run_id
     profile = config["profile"]
-    settings = config["pretrain"][run.objective]
+    settings = pretrain_settings(config, run)
     if settings["seq_len"] > run.model["max_position"]:
         raise ConfigError(
             f"{config['_params_file']}: pretrain.{run.objective}.seq_len = {settings['seq_len']} exceeds "

@@ -70,6 +70,19 @@ def cosine_with_hard_restarts(
     return 0.5 * (1.0 + math.cos(math.pi * ((num_cycles * progress) % 1.0)))
 
 
+@SCHEDULES.register("inverse_sqrt")
+def inverse_sqrt(step: int, total_steps: int, warmup_steps: int = 0, num_cycles: int = 1) -> float:
+    """Linear warmup to 1, then decay with the inverse square root of the step (Vaswani et al., 2017).
+
+    The paper's lr = d_m^-0.5 * min(step^-0.5, step * warmup^-1.5) peaks at ``warmup_steps``; as a
+    multiplier of that peak it is sqrt(warmup_steps / step) afterwards (fairseq's ``inverse_sqrt``).
+    It does not reach 0 at ``total_steps``. Without warmup it starts at 1 and decays from step 1.
+    """
+    if step < warmup_steps:
+        return _warmup(step, warmup_steps)
+    return math.sqrt(max(1, warmup_steps) / max(1, step))
+
+
 def lr_multiplier(
     schedule: str, step: int, total_steps: int, warmup_steps: int = 0, num_cycles: int = 1
 ) -> float:

@@ -1,0 +1,161 @@
+"""The ``lm`` task family (WikiText-103, Penn Treebank; params/tasks/lm.yaml): rows ``{idx, text}``.
+
+Packaged stand-ins are built from documents the pretraining corpus holds out. The corpus stage has
+already assigned every document to train/validation/test (a hash of its doc_id and
+``data.corpus.split_seed``, after de-duplication and any ``max_documents`` sample), so the stand-ins
+read that assignment from ``data/<profile>/corpus/{validation,test}.jsonl`` rather than recomputing
+it: no stand-in text can be in ``corpus/train.jsonl``, whatever the corpus settings. Only the
+sources that look like the benchmark are taken (:data:`STANDIN_SOURCES`), whole documents as rows.
+
+Nothing reads the train split of an ``lm`` task (it is only evaluated on), but every packaged
+stand-in must have three non-empty splits (``glue_standins.build_standin``), so train gets the one
+shortest held-out document and wastes as little test text as possible. The others are ranked by a
+hash of ``data.tasks.seed``, the task and the doc_id: the first :data:`VALIDATION_SHARE` (at least
+one) is validation, the rest test.
+
+Hub rows keep the hub's text verbatim (WikiText's `` = Heading = `` lines included), minus blank
+rows; ``idx`` is the row's position in its hub split, so the stream can be rebuilt in order. There
+is no train split (WikiText-103's would be 1.8M rows that are never read).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from leanlm.data.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.splitting import unit_interval
+from leanlm.data.task_sources import HUB_TASK_LOADERS
+from leanlm.data.tasks import TaskSpec
+from leanlm.errors import DataError
+from leanlm.io import read_jsonl
+
+log = logging.getLogger(__name__)
+
+# Corpus sources each stand-in draws from (leanlm.data.sources.CORPUS_SOURCES names).
+STANDIN_SOURCES = {
+    "wikitext103": ("wikipedia", "wiki_paragraphs"),   # Wikipedia articles, as WikiText
+    "ptb": ("lee_news", "nyt_editorials"),             # newswire, as the Treebank's WSJ text
+}
+HELDOUT_CORPUS_SPLITS = ("validation", "test")         # never "train": that is what is pretrained on
+VALIDATION_SHARE = 0.2                                 # of the documents after train's one
+PARQUET_REVISION = "refs/convert/parquet"              # the hub's parquet copy of script datasets
+
+
+# --- packaged stand-ins -----------------------------------------------------------------------------
+
+
+def corpus_dir_of(src: StandInSources) -> Path:
+    """``data/<profile>/corpus``, beside the raw files the tasks stage reads."""
+    return Path(src.raw_dir).parent / "corpus"
+
+
+def heldout_documents(corpus_dir: Path, sources: Iterable[str]) -> list[dict]:
+    """Corpus documents of ``sources`` in the corpus's validation and test splits, in corpus order."""
+    wanted = set(sources)
+    out = []
+    for split in HELDOUT_CORPUS_SPLITS:
+        path = Path(corpus_dir) / f"{split}.jsonl"
+        if not path.is_file():
+            raise DataError(f"{path} is missing: the lm stand-ins take only documents the pretraining corpus "
+                            f"holds out, so run the corpus stage (`leanlm data corpus --params ...`) first")
+        out.extend(doc for doc in read_jsonl(path) if doc["source"] in wanted and doc["text"].strip())
+    return out
+
+
+def deal_documents(documents: list[dict], seed: int, task: str) -> dict[str, list[dict]]:
+    """Train: the shortest document; validation: the first :data:`VALIDATION_SHARE` of the others
+    ranked by a hash of (seed, task, doc_id); test: the rest."""
+    if len(documents) < 3:
+        raise DataError(f"the packaged stand-in of {task!r} needs at least 3 held-out documents (one per split) "
+                        f"and the corpus holds out {len(documents)}; raise data.corpus.validation_fraction / "
+                        f"test_fraction or use more documents")
+    train = min(documents, key=lambda d: (len(d["text"]), d["doc_id"]))
+    ranked = sorted((d for d in documents if d is not train),
+                    key=lambda d: unit_interval(seed, task, "lm", d["doc_id"]))
+    n_validation = max(1, int(len(ranked) * VALIDATION_SHARE))
+    return {"train": [train], "validation": ranked[:n_validation], "test": ranked[n_validation:]}
+
+
+@STANDINS.register("wikitext103")
+@STANDINS.register("ptb")
+def build_lm_standin(src: StandInSources, ctx: BuildContext) -> Rows:
+    """Rows ``{"text": document}`` of one lm stand-in (the tasks stage numbers them)."""
+    documents = heldout_documents(corpus_dir_of(src), STANDIN_SOURCES[ctx.task])
+    out = _empty()
+    for split, docs in deal_documents(documents, ctx.seed, ctx.task).items():
+        out[split] = [{"text": doc["text"]} for doc in docs]
+    return out
+
+
+# --- hub ---------------------------------------------------------------------------------------------
+
+
+def map_lm_rows(spec: TaskSpec, rows: Iterable[Mapping[str, Any]]) -> tuple[list[dict], int]:
+    """Hub rows -> ``{"idx", "text"}`` from the column ``spec.hub["text"]``; returns (rows, blank rows dropped)."""
+    column = spec.hub["text"]
+    out, blank = [], 0
+    for position, row in enumerate(rows):
+        if column not in row:
+            raise DataError(f"{spec.hub['dataset']}/{spec.hub['config']} rows have no column {column!r} "
+                            f"(params/tasks/lm.yaml, key lm.{spec.name}.hub.text); columns: {', '.join(row)}")
+        text = row[column]
+        if text is None or not str(text).strip():
+            blank += 1
+            continue
+        out.append({"idx": position, "text": str(text)})
+    return out, blank
+
+
+def lm_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]]) -> tuple[dict, dict]:
+    """validation/test rows of one lm task from hub splits (a ``DatasetDict`` or a dict of row lists)."""
+    hub = spec.hub
+    splits: dict[str, list[dict]] = {"train": []}
+    blank = {}
+    for ours in ("validation", "test"):
+        theirs = hub[ours]
+        if theirs not in dataset:
+            raise DataError(f"{hub['dataset']}/{hub['config']} has no split {theirs!r}; splits: {', '.join(dataset)}")
+        splits[ours], blank[ours] = map_lm_rows(spec, dataset[theirs])
+        if not splits[ours]:
+            raise DataError(f"{hub['dataset']}/{hub['config']} split {theirs!r} has no text in column {hub['text']!r}")
+    provenance = {
+        "dataset": hub["dataset"],
+        "config": hub["config"],
+        "validation": hub["validation"],
+        "test": hub["test"],
+        "train": "none (the lm tasks are only evaluated on)",
+        "blank_rows_dropped": blank,
+    }
+    return splits, provenance
+
+
+def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
+    """Download (or reuse the ``datasets`` cache of) the validation and test splits of one lm task.
+
+    Script-based datasets (the Penn Treebank's ``ptb_text_only``) no longer load with recent
+    ``datasets``; the hub's automatic parquet copy (:data:`PARQUET_REVISION`) is tried after the
+    main revision fails.
+    """
+    from leanlm.data.hub import ensure_hub_reachable
+
+    hub = spec.hub
+    what = f"{hub['dataset']}/{hub['config']}"
+    ensure_hub_reachable(what, profile)
+    import datasets
+
+    errors = []
+    for revision in (None, PARQUET_REVISION):
+        try:
+            return {hub[s]: datasets.load_dataset(hub["dataset"], hub["config"], split=hub[s], revision=revision)
+                    for s in ("validation", "test")}
+        except Exception as exc:  # datasets raises many types (HTTP, FileNotFound, DatasetNotFound, scripts)
+            errors.append(f"revision {revision or 'main'}: {exc}")
+            log.info("could not load %s at revision %s: %s", what, revision or "main", exc)
+    raise DataError(f"could not load {what} from the Hugging Face hub ({'; '.join(errors)})")
+
+
+@HUB_TASK_LOADERS.register("lm")
+def load_lm_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
+    return lm_task_splits(spec, load_lm_dataset(spec, profile))

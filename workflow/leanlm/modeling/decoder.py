@@ -1,0 +1,207 @@
+"""The GPT-2-style decoder of ch. 3 (§3.4.3: GPT2-base, 12 layers, d_m 768, 12 heads, 512 tokens).
+
+Each block is pre-LN, as GPT-2 is::
+
+    x = x + Dropout(Attention(LN(x)))            # causal self-attention from the ATTENTION registry
+    x = x + Dropout(W2 GELU_tanh(W1 LN(x)))      # MLP of width d_ff
+
+after learned token + position embeddings (and dropout), with a final LayerNorm on top. The attention
+sublayer is chosen by ``config.attention`` (SHA, MHA, EL-ATT, MQA, SKV, MHE-ADD, MHE-MUL, ...), so
+the seven decoders of Table 3.2 differ only there. With MHA every tensor has its counterpart in
+``transformers``' GPT-2 (our Q, K, V projections are the three thirds of its fused ``c_attn``), so
+parameter counts equal GPT2LMHeadModel / GPT2ForSequenceClassification for the same sizes.
+
+Two heads (the thesis pretrains with causal LM, DESIGN §8, and fine-tunes on GLUE):
+
+- :class:`GPT2ForCausalLM` (``causal_lm``): next-token LM whose output matrix is the token
+  embedding (tied, as GPT-2; ``tie_word_embeddings: false`` gives a separate ``lm_head``);
+- :class:`GPT2ForSequenceClassification` (``classification``): a bias-free linear score on the
+  hidden state of the last real token (GPT-2 has no [CLS]; the last token has read the whole text).
+
+GPT-2 has no token-type embedding: ``type_vocab_size`` is ignored and ``token_type_ids`` too. Only
+the standard token embedding is built here (``config.embedding`` must be ``"standard"``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from leanlm.errors import ConfigError
+from leanlm.modeling.attention import ATTENTION, build_attention
+from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.encoder import init_bert_weights
+from leanlm.modeling.models import register_model
+
+IGNORE_INDEX = -100  # label of positions that take no part in the loss
+
+
+def build_causal_attention(config: ModelConfig) -> nn.Module:
+    """The block's attention sublayer: ``config.attention`` with a causal mask."""
+    kwargs = dict(d_model=config.d_model, n_heads=config.n_heads, head_dim=config.head_dim,
+                  dropout=config.attention_dropout, causal=True, bias=True)
+    if getattr(ATTENTION.get(config.attention), "needs_max_len", False):
+        kwargs["max_len"] = config.max_position  # token mixers size their sequence matrix by it
+    return build_attention(config.attention, **kwargs)
+
+
+class GPT2Block(nn.Module):
+    """One pre-LN decoder block (GPT-2's ``ln_1 -> attn -> + -> ln_2 -> mlp -> +``)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.attention = build_causal_attention(config)
+        self.mlp_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.intermediate = nn.Linear(config.d_model, config.d_ff)
+        self.output = nn.Linear(config.d_ff, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.dropout(self.attention(self.attention_norm(x), attention_mask))
+        # GPT-2's GELU is the tanh approximation ("gelu_new"), unlike BERT's exact erf form.
+        hidden = F.gelu(self.intermediate(self.mlp_norm(x)), approximate="tanh")
+        return x + self.dropout(self.output(hidden))
+
+
+class GPT2Decoder(nn.Module):
+    """Token + learned position embeddings, ``n_layers`` pre-LN blocks, final LayerNorm."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if config.embedding != "standard":
+            raise ConfigError(f"model config: embedding={config.embedding!r}: the GPT-2 decoder builds only "
+                              f"the standard token embedding (ch. 3); use embedding: standard")
+        self.config = config
+        self.position_offset = config.position_offset
+        self.token_embeddings = nn.Embedding(config.vocab_size, config.d_model)
+        self.position_embeddings = nn.Embedding(config.max_position, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(GPT2Block(config) for _ in range(config.n_layers))
+        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        init_gpt2_weights(self, config)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states (B, L, d_m) after the final LayerNorm; ``attention_mask`` is 1 = token, 0 = pad."""
+        length = input_ids.size(1)
+        limit = self.position_embeddings.num_embeddings - self.position_offset
+        if length > limit:
+            raise ValueError(f"input of {length} tokens is longer than the decoder's {limit} positions "
+                             f"(max_position={self.position_embeddings.num_embeddings}); evaluate long "
+                             f"texts in windows (leanlm.evaluation.perplexity.strided_perplexity)")
+        if attention_mask is not None and bool(attention_mask.all()):
+            # No padding: drop the mask so SDPA can take its is_causal (fastest) path.
+            attention_mask = None
+        positions = torch.arange(self.position_offset, self.position_offset + length, device=input_ids.device)
+        x = self.dropout(self.token_embeddings(input_ids) + self.position_embeddings(positions)[None])
+        for layer in self.layers:
+            x = layer(x, attention_mask)
+        return self.final_norm(x)
+
+
+@torch.no_grad()
+def init_gpt2_weights(module: nn.Module, config: ModelConfig) -> None:
+    """GPT-2's initialisation: N(0, 0.02)-style weights (``initializer_range``), zero biases, unit
+    LayerNorms, and the projections that write into the residual stream (attention W^O, MLP output)
+    scaled by 1/sqrt(2 n_layers), so the residual sum does not grow with depth (Radford et al., 2019)."""
+    init_bert_weights(module, config.initializer_range)
+    residual_std = config.initializer_range / math.sqrt(2 * config.n_layers)
+    for block in module.modules():
+        if isinstance(block, GPT2Block):
+            block.output.weight.normal_(0.0, residual_std)
+            projection = getattr(block.attention, "output", None)
+            if isinstance(projection, nn.Linear):
+                projection.weight.normal_(0.0, residual_std)
+
+
+@register_model("gpt2", "causal_lm")
+class GPT2ForCausalLM(nn.Module):
+    """Decoder + next-token head; the pretrained model of Table 3.2's decoder-only rows.
+
+    ``labels`` are the input ids themselves (-100 where nothing is to be predicted): the model shifts
+    them, so position t is scored on token t+1.
+    """
+
+    backbone_prefix = "decoder."
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.decoder = GPT2Decoder(config)
+        self.lm_head = None
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+            init_bert_weights(self.lm_head, config.initializer_range)
+
+    def output_embeddings(self) -> torch.Tensor:
+        """The (V, d_m) output matrix: the token embedding when tied (GPT-2), else ``lm_head``."""
+        return self.decoder.token_embeddings.weight if self.lm_head is None else self.lm_head.weight
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, **ignored) -> dict[str, torch.Tensor | None]:
+        """Returns ``dict(loss, logits)``: logits (B, L, V); loss is the mean next-token
+        cross-entropy over labelled positions (None without labels). ``**ignored`` takes batch keys
+        other heads use (e.g. ``token_type_ids``)."""
+        hidden = self.decoder(input_ids, attention_mask)
+        logits = F.linear(hidden, self.output_embeddings())
+        if labels is None:
+            return {"loss": None, "logits": logits}
+        targets = labels[:, 1:]
+        predicted = logits[:, :-1]
+        if not bool((targets != IGNORE_INDEX).any()):
+            # Nothing to predict (e.g. one-token rows): a zero loss that keeps the graph, not NaN.
+            return {"loss": logits.sum() * 0.0, "logits": logits}
+        loss = F.cross_entropy(predicted.reshape(-1, predicted.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+        return {"loss": loss, "logits": logits}
+
+
+def last_token_index(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad_token_id: int) -> torch.Tensor:
+    """Index of the last real token of each row: the rightmost position with mask 1 (or, without a
+    mask, the rightmost non-pad id, as ``transformers`` does). Works for right and left padding."""
+    real = attention_mask.bool() if attention_mask is not None else input_ids != pad_token_id
+    positions = torch.arange(input_ids.size(1), device=input_ids.device)
+    # A row with no real token pools position 0 rather than failing.
+    return (positions * real).argmax(dim=-1)
+
+
+@register_model("gpt2", "classification")
+class GPT2ForSequenceClassification(nn.Module):
+    """Decoder -> hidden state of the last real token -> bias-free linear ``score`` (as HF GPT-2).
+
+    ``num_labels == 1`` is regression (MSE, e.g. STS-B); otherwise cross-entropy. The whole decoder
+    comes from the causal-LM checkpoint (``backbone_prefix``); only ``score`` starts fresh.
+    """
+
+    backbone_prefix = "decoder."
+    fresh_prefixes: tuple[str, ...] = ()
+
+    def __init__(self, config: ModelConfig, num_labels: int):
+        super().__init__()
+        if int(num_labels) != num_labels or num_labels < 1:
+            raise ValueError(f"num_labels={num_labels!r} must be a positive integer (1 = regression)")
+        self.config = config
+        self.num_labels = int(num_labels)
+        self.decoder = GPT2Decoder(config)
+        self.score = nn.Linear(config.d_model, self.num_labels, bias=False)
+        init_bert_weights(self.score, config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+        """Returns ``dict(loss, logits)``; logits are (B, num_labels). ``token_type_ids`` is accepted
+        (the GLUE batches carry it) and ignored: GPT-2 has no segments."""
+        hidden = self.decoder(input_ids, attention_mask)
+        last = last_token_index(input_ids, attention_mask, self.config.pad_token_id)
+        pooled = hidden[torch.arange(hidden.size(0), device=hidden.device), last]
+        logits = self.score(pooled)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels.long())
+        return {"loss": loss, "logits": logits}

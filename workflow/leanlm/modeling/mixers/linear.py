@@ -1,0 +1,228 @@
+"""Approximate (eq. 4.6): softmax's exp replaced by its second-order Taylor expansion, which makes
+attention linear in the sequence length (Based, Arora et al. 2024).
+
+exp(s) ~ 1 + s + s^2/2 with s = q.k/sqrt(d_h) is the dot product of two feature maps,
+phi(x) = [1, x / d_h^(1/4), vec(x x^T) / (sqrt(2) sqrt(d_h))], so
+o_i = sum_{j<=i} phi(q_i).phi(k_j) v_j / sum_{j<=i} phi(q_i).phi(k_j) needs only the running sums
+S = sum phi(k_j) v_j^T and z = sum phi(k_j): a recurrent form with a constant-size state.
+1 + s + s^2/2 >= 1/2, so the single joint normaliser (DESIGN §8) is always positive.
+
+``approximate_per_term`` is the appendix's form (eqs. 4.14-4.17): three terms, each normalised on
+its own, with element-wise squares in the second-order term; its state is exactly what Table 4.8
+counts (6Bd + 4Bd^2/h bytes). Its first-order denominator q.sum(k) can be near zero: that is the
+appendix's formula, kept as printed.
+
+Both have a parallel (training) form, linear in L (:func:`causal_linear_attention`: pairwise
+scores inside chunks, running states across chunks, no loop over tokens), and a recurrent
+``step`` for decoding; tests check they agree.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from leanlm.modeling.mixers.base import MIXERS, MixerContext, ProjectedMixer, apply_rope, repeat_kv
+
+
+def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            feature_map: Callable[[torch.Tensor], torch.Tensor],
+                            pair_scores: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                            chunk: int) -> torch.Tensor:
+    """sum_{j<=i} phi(q_i).phi(k_j) v_j for every i: (B, H, L, e) x2, (B, H, L, D) -> (B, H, L, D).
+
+    ``pair_scores(qc, kc)`` must equal ``feature_map(qc) @ feature_map(kc).T``; it is used inside
+    each chunk of ``chunk`` tokens (cheaper than features when they are wide), while tokens in
+    earlier chunks enter through the exclusive running state sum phi(k_j) v_j^T. Time and memory
+    are linear in L. A zero row of ``v`` contributes nothing (how padding is excluded).
+    """
+    b, heads, length, _ = q.shape
+    c = min(chunk, length)
+    pad = (-length) % c
+    if pad:
+        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+    n = (length + pad) // c
+    qc, kc, vc = (t.reshape(b, heads, n, c, t.size(-1)) for t in (q, k, v))
+    causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+    intra = pair_scores(qc, kc).masked_fill(~causal, 0.0) @ vc
+    states = feature_map(kc).transpose(-1, -2) @ vc                      # (B, H, N, F, D)
+    # Exclusive prefix over chunks (shifted cumsum, not cumsum - S: no cancellation).
+    previous = F.pad(states.cumsum(2)[:, :, :-1], (0, 0, 0, 0, 1, 0))
+    inter = feature_map(qc) @ previous
+    return (intra + inter).reshape(b, heads, n * c, -1)[:, :, :length]
+
+
+def with_ones(v: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """[v, 1] per token (the last column accumulates the normaliser), zeroed at padded tokens."""
+    out = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+    return out if keep is None else out * keep
+
+
+def keep_mask(ctx: MixerContext, like: torch.Tensor) -> torch.Tensor | None:
+    """(B, 1, L, 1) with 1 for tokens and 0 for padding, or None without padding."""
+    if ctx.attention_mask is None:
+        return None
+    return ctx.attention_mask[:, None, :, None].to(like.dtype)
+
+
+class LinearAttentionMixer(ProjectedMixer):
+    """Shared by both Approximate forms: RoPE'd Q, K (K/V repeated to every query head for GQA)."""
+
+    chunk_size = 64
+
+    def qkv(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        q = apply_rope(self.project_q(h), cos, sin)
+        k = repeat_kv(apply_rope(self.project_k(h), cos, sin), self.n_heads)
+        return q, k, repeat_kv(self.project_v(h), self.n_heads)
+
+    def step_qkv(self, h_t: torch.Tensor, pos: int):
+        cos, sin = self.step_rope(pos, h_t)
+        return self.qkv(h_t[:, None], cos, sin)
+
+    # Tables 4.5-4.8 (the appendix's accounting, shared by both forms).
+    label = "Approx."
+    complexity_latex = r"BLd^2"
+    flops_latex = {"prefill": r"14BLd^2", "decode": r"10Bd^2"}
+    activation_latex = r"11BLd/t + 3Bd^2/ht"
+    cache_latex = r"6Bd + 4Bd^2/h"
+
+    @staticmethod
+    def complexity(B, L, d, h):
+        return B * L * d * d
+
+    @staticmethod
+    def flops(B, L, d, h, stage="prefill"):
+        return 14 * B * L * d * d if stage == "prefill" else 10 * B * d * d
+
+    @staticmethod
+    def activation_memory(B, L, d, h, t=1):
+        return 11 * B * L * d / t + 3 * B * d * d / (h * t)
+
+    @staticmethod
+    def cache_size(B, L, d, h):
+        return 6 * B * d + 4 * B * d * d // h
+
+
+@MIXERS.register("approximate")
+class ApproximateAttention(LinearAttentionMixer):
+    """Second-order Taylor attention with one joint normaliser (Based's feature map)."""
+
+    def feature_map(self, x: torch.Tensor) -> torch.Tensor:
+        """[1, x/d^(1/4), vec(x x^T)/(sqrt(2 d))]: phi(q).phi(k) = 1 + s + s^2/2."""
+        dh = x.size(-1)
+        second = (x[..., :, None] * x[..., None, :]).flatten(-2) / math.sqrt(2 * dh)
+        return torch.cat([torch.ones_like(x[..., :1]), x / dh ** 0.25, second], dim=-1)
+
+    @staticmethod
+    def taylor(s: torch.Tensor) -> torch.Tensor:
+        return 1 + s + 0.5 * s * s
+
+    def pair_scores(self, qc: torch.Tensor, kc: torch.Tensor) -> torch.Tensor:
+        return self.taylor(qc @ kc.transpose(-1, -2) / math.sqrt(qc.size(-1)))
+
+    def forward(self, h: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
+        q, k, v = self.qkv(h, ctx.cos, ctx.sin)
+        keep = keep_mask(ctx, v)
+        if ctx.capture is not None:
+            self.record(q, k, keep, ctx)
+        out = causal_linear_attention(q, k, with_ones(v, keep), self.feature_map,
+                                      self.pair_scores, self.chunk_size)
+        return self.merge(out[..., :-1] / out[..., -1:])
+
+    def record(self, q, k, keep, ctx):
+        logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+        weights = self.taylor(logits).tril()
+        if keep is not None:
+            weights = weights * keep.transpose(-1, -2)
+        ctx.record(weights / weights.sum(-1, keepdim=True), logits)
+
+    def prefill(self, h, ctx):
+        q, k, v = self.qkv(h, ctx.cos, ctx.sin)
+        va = with_ones(v, keep_mask(ctx, v))
+        out = causal_linear_attention(q, k, va, self.feature_map, self.pair_scores, self.chunk_size)
+        state = {"S": self.feature_map(k).transpose(-1, -2) @ va, "pos": h.size(1)}
+        return self.merge(out[..., :-1] / out[..., -1:]), state
+
+    def step(self, h_t, state, ctx=None):
+        q, k, v = self.step_qkv(h_t, state["pos"])
+        S = state["S"] + self.feature_map(k).transpose(-1, -2) @ with_ones(v, None)
+        out = self.feature_map(q) @ S
+        return self.merge(out[..., :-1] / out[..., -1:])[:, 0], {"S": S, "pos": state["pos"] + 1}
+
+
+@MIXERS.register("approximate_per_term")
+class ApproximatePerTermAttention(LinearAttentionMixer):
+    """The appendix's form: o = o_0 + o_1 + o_2 (eqs. 4.14-4.17), each term with its own normaliser.
+
+    o_0 is the running mean of v; o_1 = q.sum(k^T v) / q.sum(k); o_2 the same with element-wise
+    squares scaled by 1/sqrt(2). Each ratio is invariant to the scale of q and k, so no 1/sqrt(d_h).
+    """
+
+    @staticmethod
+    def square(x: torch.Tensor) -> torch.Tensor:
+        return x * x / math.sqrt(2.0)
+
+    @staticmethod
+    def identity(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def terms(self, q, k, va, keep):
+        """(o_0 numerator/denominator, o_1 num|den, o_2 num|den) for the parallel form."""
+        ones = torch.ones_like(va[..., -1:]) if keep is None else keep
+        first = causal_linear_attention(q, k, va, self.identity,
+                                        lambda a, b: a @ b.transpose(-1, -2), self.chunk_size)
+        sq = self.square
+        second = causal_linear_attention(q, k, va, sq, lambda a, b: sq(a) @ sq(b).transpose(-1, -2),
+                                         self.chunk_size)
+        return va[..., :-1].cumsum(2), ones.cumsum(2), first, second
+
+    @staticmethod
+    def combine(sum_v, count, first, second):
+        return (sum_v / count + first[..., :-1] / first[..., -1:]
+                + second[..., :-1] / second[..., -1:])
+
+    def forward(self, h: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
+        q, k, v = self.qkv(h, ctx.cos, ctx.sin)
+        keep = keep_mask(ctx, v)
+        if ctx.capture is not None:
+            self.record(q, k, keep, ctx)
+        return self.merge(self.combine(*self.terms(q, k, with_ones(v, keep), keep)))
+
+    def record(self, q, k, keep, ctx):
+        """The effective map A_0 + A_1 + A_2 (rows sum to 3; A_1 may be negative)."""
+        length = q.size(2)
+        causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+        maps = []
+        for scores in (torch.ones_like(q[..., :1]) @ torch.ones_like(k[..., :1]).transpose(-1, -2),
+                       q @ k.transpose(-1, -2),
+                       self.square(q) @ self.square(k).transpose(-1, -2)):
+            scores = scores.masked_fill(~causal, 0.0)
+            if keep is not None:
+                scores = scores * keep.transpose(-1, -2)
+            maps.append(scores / scores.sum(-1, keepdim=True))
+        ctx.record(sum(maps), q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)))
+
+    def prefill(self, h, ctx):
+        q, k, v = self.qkv(h, ctx.cos, ctx.sin)
+        keep = keep_mask(ctx, v)
+        va = with_ones(v, keep)
+        sum_v, count, first, second = self.terms(q, k, va, keep)
+        state = {"sum_v": sum_v[:, :, -1], "count": count[:, :, -1].long(),
+                 "S1": k.transpose(-1, -2) @ va,
+                 "S2": self.square(k).transpose(-1, -2) @ va, "pos": h.size(1)}
+        return self.merge(self.combine(sum_v, count, first, second)), state
+
+    def step(self, h_t, state, ctx=None):
+        q, k, v = self.step_qkv(h_t, state["pos"])
+        va = with_ones(v, None)
+        sum_v = state["sum_v"] + v[:, :, 0]
+        count = state["count"] + 1
+        S1 = state["S1"] + k.transpose(-1, -2) @ va
+        S2 = state["S2"] + self.square(k).transpose(-1, -2) @ va
+        first, second = q @ S1, self.square(q) @ S2
+        out = self.combine(sum_v[:, :, None], count[:, :, None].to(v.dtype), first, second)
+        return self.merge(out)[:, 0], {"sum_v": sum_v, "count": count, "S1": S1, "S2": S2,
+                                       "pos": state["pos"] + 1}
