@@ -148,6 +148,8 @@ def test_runner_reports_test_perplexity(scratch_root):
     config = {"profile": "smoke", "finetune": {"lm": {"tasks": ["ptb"], "stride": 4, "max_length": 8, "batch_size": 2}}}
     tokenizer.enable_truncation(max_length=5)  # a caller's setting must not cut the stream
     result = PerplexityRunner()(config, "ch3_decoder-mha", "lm", "ptb", 0, tokenizer)
+    assert tokenizer.truncation is not None  # the caller's tokenizer is left as it was
+    tokenizer.no_truncation()
 
     expected_ids = tokenizer.encode("\n\n".join(TEXTS), add_special_tokens=False).ids
     assert len(expected_ids) > 8
@@ -174,6 +176,9 @@ def test_runner_defaults_and_setting_errors(scratch_root):
     with pytest.raises(ConfigError, match="max_length = 32 exceeds the model's context of 16"):
         runner({"profile": "smoke", "finetune": {"lm": {"tasks": ["ptb"], "max_length": 32}}},
                "ch3_decoder-mha", "lm", "ptb", 0, tokenizer)
+    capped = runner({"profile": "smoke", "finetune": {"lm": {"tasks": ["ptb"], "stride": 8, "max_tokens": 10}}},
+                    "ch3_decoder-mha", "lm", "ptb", 0, tokenizer)
+    assert capped["tokens"] == 9 and capped["stream_tokens"] == ok["stream_tokens"] == ok["tokens"] + 1
     with pytest.raises(ConfigError, match=r"finetune\.lm\.batch_size = 0"):
         runner({"profile": "smoke", "finetune": {"lm": {"tasks": ["ptb"], "stride": 8, "batch_size": 0}}},
                "ch3_decoder-mha", "lm", "ptb", 0, tokenizer)

@@ -83,12 +83,12 @@ def project(tmp_path_factory):
         write_fake_wheels(root / "cache" / "packages")
         config = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
         config["data"]["tokenizer"]["vocab_size"] = 400
-        config["data"]["tasks"].update({"max_train_examples": 60, "max_eval_examples": 12})
+        config["data"]["tasks"].update({"max_train_examples": 30, "max_eval_examples": 10})
         config["finetune"] = {"squad": {
-            "tasks": ["squad_v1", "squad_v2"], "epochs": 2, "batch_size": 8, "max_seq_len": 48, "lr": 2e-3,
+            "tasks": ["squad_v1", "squad_v2"], "epochs": 1, "batch_size": 8, "max_seq_len": 64, "lr": 2e-3,
             "schedule": "cosine_with_hard_restarts", "warmup_ratio": 0.06, "weight_decay": 0.0,
             "adam_betas": [0.9, 0.999], "adam_eps": 1e-6, "clip_norm": 1.0, "eval_every": None,
-            "early_stopping_patience": 2, "doc_stride": 8, "max_answer_length": 10, "n_best": 5}}
+            "early_stopping_patience": 2, "doc_stride": 16, "max_answer_length": 10, "n_best": 5}}
         config["seeds"] = [0]
         for stage in ("fetch", "corpus", "tokenizer", "tasks"):
             run_stage(stage, config)
@@ -154,22 +154,23 @@ def test_standins_hold_evaluation_text_out_of_pretraining_and_v2_has_a_third_una
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
     raw = project["data"] / "raw"
-    heldout = pretraining_heldout(raw)
-    corpus_train = " ".join(r["text"] for r in _jsonl(project["data"] / "corpus" / "train.jsonl"))
+    assert pretraining_heldout(raw)
+    corpus = {split: " ".join(r["text"] for r in _jsonl(project["data"] / "corpus" / f"{split}.jsonl")).replace("\n", " ")
+              for split in ("train", "validation", "test")}
+    corpus_heldout = corpus["validation"] + " " + corpus["test"]
     sources = StandInSources(raw)
     for task in ("squad_v1", "squad_v2"):
         rows = build_standin(task, sources, BuildContext(task, 13, task_rng(13, task)))
         for split in ("validation", "test"):
             for row in rows[split]:  # every evaluation passage is text the corpus holds out
-                assert row["context"] not in corpus_train
-        assert any(r["context"] in corpus_train for r in rows["train"])
+                assert row["context"] in corpus_heldout and row["context"] not in corpus["train"]
+        assert all(r["context"] in corpus["train"] for r in rows["train"])
         unanswerable = [r for s in rows.values() for r in s if not r["answers"]["text"]]
         total = sum(len(s) for s in rows.values())
         if task == "squad_v1":
             assert not unanswerable
         else:
             assert 0.25 < len(unanswerable) / total < 0.42
-    assert heldout and all(doc_id in heldout for doc_id in heldout)
     # without a corpus the documents are split by hash, and nothing breaks
     shutil.move(project["data"] / "corpus", project["data"] / "corpus.away")
     try:
@@ -247,26 +248,25 @@ def test_post_processing_picks_the_best_valid_span():
 
     context = "alpha beta gamma delta epsilon zeta"
     words = [(context.index(w), context.index(w) + len(w)) for w in context.split()]
+    # two windows of 4 context tokens, overlapping by 2: inputs [CLS] q q [SEP] w w w w [SEP]
     features = SpanFeatures(example=[0, 0], context_start=[3, 3],
                             char_spans=[np.array(words[:4]), np.array(words[2:])])
-    # inputs: [CLS] q q [SEP] 4 context tokens [SEP] -> length 8
-    first, second = np.zeros((8, 2)), np.zeros((8, 2))
-    first[1, :] = 50.0                        # question tokens: never part of an answer
-    first[6, 0], first[4, 1] = 9.0, 9.0       # end before start: invalid
-    first[4, 0], first[5, 1] = 3.0, 3.0       # "beta gamma": 6.0
-    second[4, 0], second[6, 1] = 4.0, 4.0    # "delta zeta"? no: "delta epsilon zeta" is 3 tokens: 8.0
-    second[3, 0], second[4, 1] = 1.0, 2.0     # "gamma delta": 3.0
-    answers = predict_answers([{"context": context}], features, [first, second], n_best=3,
-                              max_answer_length=3, allow_null=False)
-    assert answers == ["delta epsilon zeta"]
-    # max_answer_length 2 rules it out: the best remaining is "beta gamma" (6.0) in the first window
-    assert predict_answers([{"context": context}], features, [first, second], 3, 2, False) == ["beta gamma"]
-    # v2.0: a null score (the smallest [CLS] start + end over windows) above the best span wins
-    first[0, :], second[0, :] = 5.0, 4.5      # null = min(10, 9) = 9 > 8
-    assert predict_answers([{"context": context}], features, [first, second], 3, 3, True) == [""]
-    assert predict_answers([{"context": context}], features, [first, second], 3, 3, False) == ["delta epsilon zeta"]
-    second[0, :] = 3.0                        # null = 6 < 8
-    assert predict_answers([{"context": context}], features, [first, second], 3, 3, True) == ["delta epsilon zeta"]
+    first, second = np.full((8, 2), -10.0), np.full((8, 2), -10.0)
+    first[1, :] = 50.0                     # a question token: never part of an answer
+    first[6, 0], first[3, 1] = 9.0, 9.0    # start "delta", end "alpha": end before start, invalid
+    first[4, 0], first[5, 1] = 3.0, 3.0    # "beta gamma": 6
+    second[4, 0], second[6, 1] = 4.0, 4.0  # "delta epsilon zeta": 8 (3 tokens)
+    second[4, 1] = 1.5                     # "delta": 5.5
+    rows = [{"context": context}]
+    assert predict_answers(rows, features, [first, second], 3, 3, False) == ["delta epsilon zeta"]
+    # with at most 2 tokens the best is "beta gamma" (6) of the first window, not "delta" (5.5)
+    assert predict_answers(rows, features, [first, second], 3, 2, False) == ["beta gamma"]
+    # v2.0: the null score, the smallest [CLS] start + end over the windows, wins when above the best span
+    first[0, :], second[0, :] = 5.0, 4.5   # null = min(10, 9) = 9 > 8
+    assert predict_answers(rows, features, [first, second], 3, 3, True) == [""]
+    assert predict_answers(rows, features, [first, second], 3, 3, False) == ["delta epsilon zeta"]
+    second[0, :] = 3.0                     # null = min(10, 6) = 6 < 8
+    assert predict_answers(rows, features, [first, second], 3, 3, True) == ["delta epsilon zeta"]
 
 
 # --- hub mapping on a fixture in the hub schema ---------------------------------------------------------
@@ -361,6 +361,6 @@ def test_tiny_end_to_end_runner(project, monkeypatch, tokenizer):
         assert result["task"] == task and result["primary_metric"] == "squad_f1"
         assert set(result["metrics"]) == set(result["test_metrics"]) == {"squad_f1", "squad_em"}
         assert 0.0 <= result["metrics"]["squad_em"] <= result["primary"] <= 1.0
-        assert result["train_features"] > result["train_examples"] == 60  # long passages: several windows
+        assert result["train_features"] > result["train_examples"] == 30  # long passages: several windows
         assert result["null_answers"] == (task == "squad_v2")
         assert not (project["root"] / "models" / "smoke" / "tiny-run" / "finetune" / f"{task}-seed0").exists()

@@ -1,4 +1,31 @@
 # Aggregation, table rendering, analytic tables/figures and the compiled PDF.
+#
+# params/tables.yaml lists every output (TABLES, loaded by the Snakefile): kind results (from runs),
+# params (from the profile's params file alone) and analytic (counting at the thesis's scale).
+
+
+def template_of(name):
+    """The template a table renders with: tables.yaml's `template`, else <name>.tex.j2."""
+    return f"workflow/templates/{TABLES[name].get('template', name + '.tex.j2')}"
+
+
+def extra_inputs(name):
+    """Files besides results and template that the output depends on (tables.yaml `inputs`)."""
+    return [p for p in TABLES[name].get("inputs", []) if Path(p).exists()]
+
+
+def reported_of(name):
+    return [p for p in [f"params/reported/{name}.csv"] if Path(p).exists()]
+
+
+def names_of(kind, *outputs):
+    names = [n for n, s in TABLES.items() if s["kind"] == kind and (not outputs or s["outputs"] == list(outputs))]
+    return "|".join(sorted(names, key=len, reverse=True)) or "NONE"
+
+
+def params_tables():
+    """Hyperparameter tables of this profile (kind params): rendered from the params file only."""
+    return [path for name, spec in TABLES.items() if spec["kind"] == "params" for path in outputs_of(name)]
 
 
 rule aggregate:
@@ -15,39 +42,66 @@ rule aggregate:
 rule render_table:
     input:
         results=f"results/{PROFILE}/all_runs.csv",
-        template="workflow/templates/{table}.tex.j2",
+        template=lambda w: template_of(w.table),
         reported="params/reported/{table}.csv",
+        extra=lambda w: extra_inputs(w.table),
     output:
         tex="paper_tables/{profile}/{table}.tex",
         csv="paper_tables/{profile}/{table}.csv",
     wildcard_constraints:
-        table="|".join(n for n, s in TABLES.items() if s["kind"] == "results"),
+        table=names_of("results"),
     params:
-        experiments=lambda w: {e: CFG["_matrix"][e] for e in TABLES[w.table]["experiments"]},
+        experiments=lambda w: {
+            e: CFG["_matrix"][e]
+            for e in TABLES[w.table]["experiments"] + TABLES[w.table].get("optional", [])
+            if e in CFG["_matrix"]
+        },
+        seeds=CFG["seeds"],
+        tasks=lambda w: {f: s["tasks"] for f, s in CFG["finetune"].items()},
         scale=CFG["models"],
-        code=code_version("reporting/render", "reporting/derived", "reporting/reported", "reporting/latex"),
+        code=code_version("reporting"),
     shell:
         "leanlm render {P} --table {wildcards.table}"
 
 
-def analytic_names(*outputs):
-    return "|".join(n for n, s in TABLES.items() if s["kind"] == "analytic" and s["outputs"] == list(outputs))
+# Hyperparameter tables (3.11, 3.12): from the params file alone, so they never wait for training.
+rule params_table:
+    input:
+        template=lambda w: template_of(w.table),
+        reported=lambda w: reported_of(w.table),
+    output:
+        tex="paper_tables/{profile}/{table}.tex",
+        csv="paper_tables/{profile}/{table}.csv",
+    wildcard_constraints:
+        table=names_of("params"),
+    params:
+        pretrain=CFG["pretrain"],
+        finetune=CFG["finetune"],
+        scale=CFG["models"],
+        source=CFG["source"],
+        code=code_version("reporting"),
+    shell:
+        "leanlm render {P} --table {wildcards.table}"
 
 
-ANALYTIC_PARAMS = dict(
-    code=code_version("modeling", "reporting/analytic", "reporting/figures", "reporting/render", "reporting/latex", "reporting/reported")
-)
+rule params_tables:
+    input:
+        params_tables(),
+
+
+ANALYTIC_PARAMS = dict(code=code_version("modeling", "reporting"))
 
 
 rule analytic_table:
     input:
-        reported=lambda w: [p for p in [f"params/reported/{w.item}.csv"] if Path(p).exists()],
-        template="workflow/templates/{item}.tex.j2",
+        reported=lambda w: reported_of(w.item),
+        template=lambda w: template_of(w.item),
+        extra=lambda w: extra_inputs(w.item),
     output:
         tex="paper_tables/{profile}/{item}.tex",
         csv="paper_tables/{profile}/{item}.csv",
     wildcard_constraints:
-        item=analytic_names("tex", "csv"),
+        item=names_of("analytic", "tex", "csv"),
     params:
         **ANALYTIC_PARAMS,
     shell:
@@ -56,13 +110,13 @@ rule analytic_table:
 
 rule analytic_figure:
     input:
-        reported=lambda w: [p for p in [f"params/reported/{w.item}.csv"] if Path(p).exists()],
+        reported=lambda w: reported_of(w.item),
     output:
         pdf="paper_tables/{profile}/{item}.pdf",
         png="paper_tables/{profile}/{item}.png",
         csv="paper_tables/{profile}/{item}.csv",
     wildcard_constraints:
-        item=analytic_names("pdf", "png", "csv"),
+        item=names_of("analytic", "pdf", "png", "csv"),
     params:
         **ANALYTIC_PARAMS,
     shell:
@@ -73,6 +127,7 @@ rule pdf:
     input:
         "workflow/templates/document.tex.j2",
         result_tables(),
+        params_tables(),
         analytic_outputs(),
     output:
         f"paper_tables/{PROFILE}/tables.pdf",

@@ -9,7 +9,7 @@ hashing the seed, the task and the article title (all questions on one article s
 "train" is the rest. ``idx`` is the row's position in its hub split. Schema mapping
 (:func:`map_squad_rows`, :func:`squad_task_splits`) is apart from downloading (:func:`load_squad`).
 
-Packaged stand-ins: cloze questions on held-out prose (Wikipedia sample, Lee news, NYT editorials),
+Packaged stand-ins: cloze questions on prose (Wikipedia sample, Lee news, NYT editorials),
 in the manner of cloze-to-question generation (Lewis et al., 2019). Passages are runs of consecutive
 sentences of one document (at most :data:`PASSAGE_MAX_WORDS` words, SQuAD paragraphs average about
 120). Each prose sentence of a passage gives at most one question: one span of the sentence, a number,
@@ -20,10 +20,11 @@ the answer is that span at its offset in the passage. v2.0 moves about a third o
 (else of the split) whose text does not contain the answer: unanswerable, yet on topic.
 
 Text held out of pretraining: when the corpus stage has run (data/<profile>/corpus/), validation and
-test passages come only from documents of the corpus's validation/test splits, so evaluation text
-was never pretraining text; train passages come from the other prose documents (fine-tuning on
-pretraining text is what SQuAD on Wikipedia does too). Without a corpus the documents are split
-80/10/10 by hash like the GLUE stand-ins. No sentence occurs in two splits.
+test passages come only from documents of the corpus's validation/test splits, dealt alternately
+(in hash order) to the two, so evaluation text was never pretraining text; train passages come from
+the other prose documents (fine-tuning on pretraining text is what SQuAD on Wikipedia does too).
+Without a corpus the documents are split 80/10/10 by hash like the GLUE stand-ins. No sentence
+occurs in two splits.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ log = logging.getLogger(__name__)
 
 HELDOUT_FRACTION = 0.1      # hub: share of SQuAD train articles held out as "test"
 SQUAD2_UNANSWERABLE = 1 / 3  # SQuAD 2.0 train: 43,498 of 130,319 questions have no answer
-PASSAGE_MAX_WORDS = 150
+PASSAGE_MAX_WORDS = 120      # SQuAD paragraphs average about 120 words
 PASSAGE_MIN_WORDS = 30
-QUESTION_WORDS = (6, 40)    # words of a sentence that becomes a question
+QUESTION_WORDS = (6, 25)    # words of a sentence that becomes a question (SQuAD questions are shorter)
 _TRIES = 20
 
 # --- cloze questions -----------------------------------------------------------------------------
@@ -214,20 +215,15 @@ def _passages_by_split(src: StandInSources, ctx: BuildContext) -> dict[str, list
     if heldout is None:
         log.warning("%s: no corpus under %s; splitting the prose documents by hash instead of holding "
                     "evaluation text out of pretraining", ctx.task, Path(src.raw_dir).parent)
-
-    def split_of(doc_id: str) -> str:
-        if heldout is None:
-            return ctx.split(doc_id)
-        if doc_id not in heldout:
-            return "train"
-        return "validation" if unit_interval(ctx.seed, ctx.task, "evaluation", doc_id) < 0.5 else "test"
-
+        split_of = ctx.split
+    else:  # "evaluation" is dealt to validation and test below, passage by passage
+        split_of = lambda doc_id: "evaluation" if doc_id in heldout else "train"  # noqa: E731
     documents = [(split_of(doc_id), doc_id, sentences) for doc_id, sentences in src.prose_documents]
     splits_of_sentence: dict[str, set[str]] = defaultdict(set)
     for split, _, sentences in documents:
         for sentence in sentences:
             splits_of_sentence[dedupe_key(sentence)].add(split)
-    out: dict[str, list[Passage]] = {s: [] for s in SPLITS}
+    out: dict[str, list[Passage]] = {s: [] for s in (*SPLITS, "evaluation")}
     seen_contexts: set[str] = set()
     for split, doc_id, sentences in documents:
         for passage in passages(doc_id, sentences):
@@ -237,6 +233,11 @@ def _passages_by_split(src: StandInSources, ctx: BuildContext) -> dict[str, list
                 continue
             seen_contexts.add(dedupe_key(passage.context))
             out[split].append(passage)
+    # Held-out prose is scarce (the corpus holds out a tenth): deal its passages alternately, in an
+    # order fixed by hashing, so validation and test are both filled as soon as there are two.
+    ranked = sorted(out.pop("evaluation"), key=lambda p: unit_interval(ctx.seed, ctx.task, "evaluation", p.context))
+    out["validation"] += ranked[0::2]
+    out["test"] += ranked[1::2]
     return out
 
 

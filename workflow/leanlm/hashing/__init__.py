@@ -6,12 +6,26 @@
 - :mod:`~leanlm.hashing.codebook`: :class:`HashCodebook`, token rows with precomputed hashes,
   whose ``features(ids, names)`` are what the embeddings of
   :mod:`leanlm.modeling.hash_embeddings` read.
+
+Names are imported lazily, so the NumPy-only hashers load without torch (a data-preparation
+process, or a subprocess in the tests, need not pay for it).
 """
 
-from leanlm.hashing.codebook import HashCodebook
-from leanlm.hashing.lsh import LSHHasher, NgramVocabulary
-from leanlm.hashing.md5 import MD5Hasher
-from leanlm.hashing.words import SPECIAL_TOKENS, piece_tokenizer, word_tokenize
+from importlib import import_module
 
-__all__ = ["HashCodebook", "LSHHasher", "NgramVocabulary", "MD5Hasher", "SPECIAL_TOKENS",
-           "piece_tokenizer", "word_tokenize"]
+_EXPORTS = {
+    "HashCodebook": "leanlm.hashing.codebook",
+    "LSHHasher": "leanlm.hashing.lsh",
+    "NgramVocabulary": "leanlm.hashing.lsh",
+    "MD5Hasher": "leanlm.hashing.md5",
+    "SPECIAL_TOKENS": "leanlm.hashing.words",
+    "piece_tokenizer": "leanlm.hashing.words",
+    "word_tokenize": "leanlm.hashing.words",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'leanlm.hashing' has no attribute {name!r}")

@@ -62,6 +62,28 @@ class HashCodebook:
         self._ngram_cache: dict[tuple[int, int], np.ndarray] = {}
         self._append(list(SPECIAL_TOKENS), hashed=False)
 
+    @classmethod
+    def for_model(cls, config, token_counts: Mapping[str, int] | None = None, tokenizer=None,
+                  key: bytes = b"en", seed: int = 0) -> "HashCodebook":
+        """The codebook a model's embedding needs (leanlm.modeling.hash_embeddings.codebook_settings).
+
+        LSH fits its n-gram vocabulary on ``token_counts`` (token -> corpus frequency: the words, or
+        the BPE pieces with ``tokenizer``); MD5 uses ``key``.
+        """
+        from leanlm.modeling.hash_embeddings import codebook_settings
+
+        settings = codebook_settings(config)
+        if settings is None:
+            raise ConfigError(f"embedding {config.embedding!r} reads vocabulary ids, not hashes: it "
+                              f"needs no codebook")
+        if settings["hash"] == "lsh":
+            if not token_counts:
+                raise DataError("an LSH codebook needs the corpus's token counts to fit its n-grams")
+            hasher = LSHHasher.fit(token_counts, n_bits=settings["n_bits"], seed=seed)
+        else:
+            hasher = MD5Hasher(key=key, n_bits=settings["n_bits"])
+        return cls(hasher, settings["n_buckets"], tokenizer)
+
     # -- rows -------------------------------------------------------------------------------------
     @property
     def n_bits(self) -> int:
@@ -84,23 +106,24 @@ class HashCodebook:
             self._append(fresh, hashed=True)
 
     def _append(self, tokens: list[str], hashed: bool) -> None:
-        start = len(self.tokens)
-        self.tokens += tokens
-        self.index.update((t, start + i) for i, t in enumerate(tokens))
+        # Hash first: if hashing fails, the codebook is left as it was.
         if hashed:
-            packed = np.packbits(self.hasher.bits(tokens), axis=1, bitorder="big")
-            buckets = (self.hasher.buckets(tokens, self.n_buckets) if self.n_buckets
-                       else np.zeros(len(tokens), dtype=np.int64))
+            bits, buckets = self.hasher.bits_and_buckets(tokens, self.n_buckets)
+            packed = np.packbits(bits, axis=1, bitorder="big")
+            if buckets is None:
+                buckets = np.zeros(len(tokens), dtype=np.int64)
         else:
             packed = np.zeros((len(tokens), self.n_bytes), dtype=np.uint8)
             buckets = np.zeros(len(tokens), dtype=np.int64)
-        end = start + len(tokens)
+        start, end = len(self.tokens), len(self.tokens) + len(tokens)
         if end > len(self._packed_store):
             capacity = max(end, 2 * len(self._packed_store))
             self._packed_store = _grown(self._packed_store, capacity)
             self._buckets_store = _grown(self._buckets_store, capacity)
         self._packed_store[start:end] = packed
         self._buckets_store[start:end] = buckets
+        self.tokens += tokens
+        self.index.update((t, start + i) for i, t in enumerate(tokens))
 
     @property
     def _packed(self) -> np.ndarray:

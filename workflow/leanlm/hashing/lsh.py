@@ -123,8 +123,10 @@ class LSHHasher:
     def bits(self, tokens: Sequence[str]) -> np.ndarray:
         """uint8 {0,1} ``[len(tokens), T]``: bit j is 1 where x.r^j >= 0 (a token with no known
         n-gram has x = 0 and all bits 1, as sgn(sgn(0) + 1) = 1)."""
-        scores = self.vocabulary.features(tokens) @ self.planes
-        return (scores >= 0).astype(np.uint8)
+        return self._bits(self.vocabulary.features(tokens))
+
+    def _bits(self, x: sp.csr_matrix) -> np.ndarray:
+        return (x @ self.planes >= 0).astype(np.uint8)
 
     def buckets(self, tokens: Sequence[str], n_buckets: int, chunk_elements: int = 1 << 22) -> np.ndarray:
         """int64 argmax_i x.r^i over the N circulant hyperplanes, i.e. bucket ids in [0, N).
@@ -132,14 +134,22 @@ class LSHHasher:
         For a chunk of tokens only the columns of R for the n-grams they contain are built
         (``|used n-grams| x N``), then multiplied by the sparse features; work is O(nnz x N).
         """
+        return self._buckets(self.vocabulary.features(tokens), n_buckets, chunk_elements)
+
+    def bits_and_buckets(self, tokens: Sequence[str], n_buckets: int | None) -> tuple:
+        """Both hashes from one feature extraction (``None`` buckets when ``n_buckets`` is None)."""
+        x = self.vocabulary.features(tokens)
+        return self._bits(x), (None if n_buckets is None else self._buckets(x, n_buckets))
+
+    def _buckets(self, x: sp.csr_matrix, n_buckets: int, chunk_elements: int = 1 << 22) -> np.ndarray:
         if n_buckets < 1:
             raise ConfigError(f"buckets={n_buckets} must be a positive integer")
-        x = self.vocabulary.features(tokens)
         eta = self.rotator(n_buckets)
         offsets = np.arange(1, n_buckets + 1, dtype=np.int64)
-        out = np.zeros(len(tokens), dtype=np.int64)
-        rows_per_chunk = max(1, chunk_elements // (n_buckets * max(1, x.nnz // max(1, len(tokens)) + 1)))
-        for start in range(0, len(tokens), rows_per_chunk):
+        n_rows = x.shape[0]
+        out = np.zeros(n_rows, dtype=np.int64)
+        rows_per_chunk = max(1, chunk_elements // (n_buckets * (x.nnz // max(1, n_rows) + 1)))
+        for start in range(0, n_rows, rows_per_chunk):
             block = x[start:start + rows_per_chunk]
             used = np.unique(block.indices)
             if used.size == 0:

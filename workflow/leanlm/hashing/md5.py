@@ -81,6 +81,12 @@ class MD5Hasher:
     def buckets(self, tokens: Sequence[str], n_buckets: int) -> np.ndarray:
         return digest_buckets(md5_digests(tokens, self.key), n_buckets)
 
+    def bits_and_buckets(self, tokens: Sequence[str], n_buckets: int | None) -> tuple:
+        """Both hashes from one pass of HMAC (``None`` buckets when ``n_buckets`` is None)."""
+        digests = md5_digests(tokens, self.key)
+        buckets = None if n_buckets is None else digest_buckets(digests, n_buckets)
+        return digest_bits(digests, self.n_bits), buckets
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "key": self.key.decode("latin-1"), "n_bits": self.n_bits}
 

@@ -65,6 +65,28 @@ def embedding_features(config: ModelConfig) -> tuple[str, ...]:
     return tuple(EMBEDDINGS.get(config.embedding).features)
 
 
+def codebook_settings(config: ModelConfig) -> dict[str, Any] | None:
+    """What the data path's HashCodebook must make for this model: ``hash`` (md5 | lsh), ``n_bits``
+    (T) and ``n_buckets`` (N, or None when no bucket is read); None when the embedding reads no
+    feature (standard, bert_hash)."""
+    cls = EMBEDDINGS.get(config.embedding)
+    if not cls.features:
+        return None
+    options = read_options(config, cls.defaults)
+    buckets = emb_buckets(options["buckets"], config) if "hash_buckets" in cls.features else None
+    return {"hash": options.get("hash", "md5"), "n_bits": options.get("bits", 128), "n_buckets": buckets}
+
+
+def emb_buckets(value: int | str, config: ModelConfig) -> int:
+    """HashFormer-Emb's N from ``embedding_options.buckets``: an integer, "50K" or "1K"."""
+    if isinstance(value, str):
+        if value not in EMB_BUCKETS:
+            raise ConfigError(f"model config: embedding_options.buckets={value!r} must be an "
+                              f"integer or one of {sorted(EMB_BUCKETS)}")
+        return EMB_BUCKETS[value]
+    return positive_int({"buckets": value}, "buckets", config)
+
+
 def read_options(config: ModelConfig, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """``config.embedding_options`` over ``defaults``; a key the variant does not have is an error."""
     given = dict(config.embedding_options)
@@ -130,7 +152,8 @@ class HashEmbedding(nn.Module):
         self.n_special = positive_int(self.options, "special_tokens", config)
         if not 0 <= config.pad_token_id < self.n_special:
             raise ConfigError(f"model config: pad_token_id={config.pad_token_id} must be one of the "
-                              f"{self.n_special} special rows of a hash embedding (the codebook's [PAD] is 0)")
+                              f"{self.n_special} special rows of a hash embedding (the codebook's "
+                              f"[PAD] is 0)")
         self.d_model = config.d_model
         self.special_tokens = nn.Embedding(self.n_special, config.d_model, padding_idx=config.pad_token_id)
         self.regular_token = None
@@ -173,16 +196,8 @@ class HashEmbEmbedding(HashEmbedding):
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
-        buckets = self.options["buckets"]
-        if isinstance(buckets, str):
-            if buckets not in EMB_BUCKETS:
-                raise ConfigError(f"model config: embedding_options.buckets={buckets!r} must be an "
-                                  f"integer or one of {sorted(EMB_BUCKETS)}")
-            buckets = EMB_BUCKETS[buckets]
-        else:
-            buckets = positive_int(self.options, "buckets", config)
-        self.n_buckets = buckets
-        self.buckets = nn.Embedding(buckets, config.d_model)
+        self.n_buckets = emb_buckets(self.options["buckets"], config)
+        self.buckets = nn.Embedding(self.n_buckets, config.d_model)
 
     def embed_hashed(self, hash_buckets: torch.Tensor) -> torch.Tensor:
         return self.buckets(hash_buckets)

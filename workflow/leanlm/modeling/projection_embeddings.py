@@ -37,12 +37,13 @@ from leanlm.modeling.hash_embeddings import (
     read_options,
 )
 
-# NeuML's three models: hidden size, layers, heads, FFN width, projections, and the card's totals.
-# pico is its published config.json and nano the card's training example (both give the card's
-# totals exactly); femto's config is not published: this is the BERT-size configuration whose count
-# rounds to the card's 0.243M (see tests), an inference.
+# NeuML's three models: hidden size, layers, heads, FFN width, projections, and the card's totals
+# (the card cuts them to three decimals: nano's 969,504 parameters print as 0.969M). pico is its
+# published config.json and nano the card's training example, both exact; femto's config is not
+# published: this is the configuration (pico's width, half its FFN, 3 projections) whose 243,726
+# parameters fit both published roundings, the card's 0.243M and "244K" in NeuML's model lists.
 BERT_HASH_SIZES: dict[str, dict[str, Any]] = {
-    "femto": dict(d_model=64, n_layers=2, n_heads=2, d_ff=192, projections=4, card_params="0.243M"),
+    "femto": dict(d_model=80, n_layers=2, n_heads=2, d_ff=160, projections=3, card_params="0.243M"),
     "pico": dict(d_model=80, n_layers=2, n_heads=2, d_ff=320, projections=8, card_params="0.448M"),
     "nano": dict(d_model=128, n_layers=2, n_heads=2, d_ff=512, projections=16, card_params="0.969M"),
 }

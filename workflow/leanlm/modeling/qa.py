@@ -54,6 +54,7 @@ class BertForQuestionAnswering(nn.Module):
             length = logits.size(1)
             if bool(((labels < 0) | (labels >= length)).any()):
                 raise ValueError(f"labels hold positions outside 0..{length - 1} (the input length)")
-            # (B, L, 2) -> (B, 2, L): cross_entropy over the positions, start and end at once.
-            loss = F.cross_entropy(logits.float().transpose(1, 2), labels)
+            # (B, L, 2) is (batch, classes = positions, 2): start and end cross-entropies at once,
+            # averaged over both and the batch.
+            loss = F.cross_entropy(logits.float(), labels)
         return {"loss": loss, "logits": logits}

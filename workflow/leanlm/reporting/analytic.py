@@ -6,7 +6,9 @@ thesis's printed values (params/reported/) are shown beside, so a wrong count is
 These outputs are at the thesis's scale (BERT-base: 12 heads of 64) whatever the profile.
 
 Each item is a function registered in :data:`ANALYTIC` that writes its files and returns their
-paths; later chapters add their counting tables (2.2, 4.x) and figures (3.3, 3.4) the same way.
+paths; later chapters add their counting tables (2.2, 4.x) the same way. Chapter 3's further items
+(Figures 3.3 and 3.4, the GPT-3 projection, the thesis-scale parameter counts) live in
+:mod:`leanlm.reporting.analytic_ch3`, imported at the end of this module so they register.
 """
 
 from __future__ import annotations
@@ -226,3 +228,7 @@ def main(profile: str, name: str | None = None) -> list[Path]:
     for item in names:
         written += ANALYTIC.get(item)(profile)
     return written
+
+
+# Chapter modules register their items in ANALYTIC (they import this module's helpers).
+from leanlm.reporting import analytic_ch3  # noqa: E402,F401

@@ -12,7 +12,8 @@ Both have an *inverse* form for metrics where lower is better (perplexity, Table
 The table helpers turn the tidy table of :mod:`leanlm.reporting.aggregate` (one row per run, task,
 seed and metric) into per-run summaries: the seed-wise family average (e.g. GLUE Avg. = mean over
 tasks of the primary metric x 100), then mean and standard deviation over seeds, as the thesis
-reports "mean (std) over five runs".
+reports "mean (std) over five runs". Metrics stored as fractions (accuracy, F1, BLEU / 100) are
+shown x 100; metrics where lower is better (perplexity) are stored and shown as they are.
 """
 
 from __future__ import annotations
@@ -57,6 +58,39 @@ def peop(score, score_sha, params, params_sha, inverse: bool = False):
     return _scalar_or_array(-value if inverse else value)
 
 
+def lower_is_better(metric: str) -> bool:
+    """Whether lower values of ``metric`` are better (perplexity): PRR/PEoP then take the inverse forms."""
+    # Imported here: the metrics module pulls in scikit-learn, which derived's users rarely need.
+    from leanlm.evaluation.metrics import LOWER_IS_BETTER
+
+    return metric in LOWER_IS_BETTER
+
+
+def display_scale(metric: str) -> float:
+    """Factor from a stored value to the printed one: x 100 for fractions, 1 for perplexities."""
+    return 1.0 if lower_is_better(metric) else 100.0
+
+
+def _scaled(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``value`` in printed units (see :func:`display_scale`)."""
+    scale = rows["metric"].map({m: display_scale(m) for m in rows["metric"].unique()}).astype(float)
+    return rows.assign(value=rows["value"] * scale)
+
+
+def is_inverse(df: pd.DataFrame, family: str, tasks: Iterable[str] | None = None) -> bool:
+    """Whether the primary metric of ``tasks`` in ``family`` is lower-is-better (one direction for all)."""
+    rows = primary_rows(df, family)
+    if tasks is not None:
+        rows = rows[rows["task"].isin(list(tasks))]
+    directions = {m: lower_is_better(m) for m in rows["metric"].unique()}
+    if len(set(directions.values())) > 1:
+        raise LeanLMError(
+            f"family {family!r} mixes higher- and lower-is-better primary metrics ({', '.join(sorted(directions))}); "
+            "average and compare them separately"
+        )
+    return bool(directions) and next(iter(directions.values()))
+
+
 def primary_rows(df: pd.DataFrame, family: str) -> pd.DataFrame:
     """The rows of ``family`` that hold each task's primary metric (one per run, task and seed)."""
     rows = df[(df["family"] == family) & df["is_primary"].astype(bool)]
@@ -70,7 +104,7 @@ def primary_rows(df: pd.DataFrame, family: str) -> pd.DataFrame:
 
 
 def seed_averages(df: pd.DataFrame, family: str, tasks: Iterable[str] | None = None) -> pd.DataFrame:
-    """Per run and seed: the mean over ``tasks`` of the primary metric, x 100 (e.g. GLUE Avg.).
+    """Per run and seed: the mean over ``tasks`` of the primary metric, in printed units (e.g. GLUE Avg.).
 
     ``tasks`` defaults to every task the run has in the family. A seed missing one of them would bias
     its average, so that is an error naming the run, seed and task.
@@ -91,9 +125,7 @@ def seed_averages(df: pd.DataFrame, family: str, tasks: Iterable[str] | None = N
             "rerun the fine-tuning job of those runs"
         )
     keys = RUN_KEYS + ["seed"]
-    out = rows.groupby(keys, sort=False).agg(score=("value", "mean"), n_tasks=("task", "nunique")).reset_index()
-    out["score"] *= 100.0
-    return out
+    return _scaled(rows).groupby(keys, sort=False).agg(score=("value", "mean"), n_tasks=("task", "nunique")).reset_index()
 
 
 def family_summary(df: pd.DataFrame, family: str, tasks: Iterable[str] | None = None) -> pd.DataFrame:
@@ -117,15 +149,13 @@ def glue_average(df: pd.DataFrame, tasks: Iterable[str] | None = None) -> pd.Dat
 
 
 def task_summary(df: pd.DataFrame, family: str) -> pd.DataFrame:
-    """Per run and task: mean and sample std over seeds of the primary metric x 100 (Table 3.5)."""
-    rows = primary_rows(df, family)
-    out = (
+    """Per run and task: mean and sample std over seeds of the primary metric in printed units (Table 3.5)."""
+    rows = _scaled(primary_rows(df, family))
+    return (
         rows.groupby(RUN_KEYS + ["task"], sort=False)
         .agg(mean=("value", "mean"), std=("value", "std"), n_seeds=("seed", "nunique"))
         .reset_index()
     )
-    out[["mean", "std"]] *= 100.0
-    return out
 
 
 def with_efficiency(

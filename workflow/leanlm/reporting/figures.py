@@ -26,6 +26,17 @@ FIGURE_CAPTIONS: dict[str, str] = {
         "dimension of attention heads is fixed to 64, only counting the parameters for projecting "
         "queries, keys and values; counted from instantiated modules."
     ),
+    "figure_3_3": (
+        "Number of parameters per attention sublayer, while scaling the number of attention heads in different "
+        "attention variants (thesis Figure 3.3). The dimension of attention heads is fixed to 64; Q, K and V "
+        "projections (Table 3.4's count, output projection excluded), counted from instantiated modules; "
+        "MHE-ADD and MHE-MUL have the same count (one MHE line)."
+    ),
+    "figure_3_4": (
+        "Total number of parameters in attention sublayers, while scaling the number of attention layers to 12, "
+        "24 and 48 with 32 and 64 attention heads respectively (thesis Figure 3.4). The dimension of attention "
+        "heads is fixed to 64; Q, K and V projections of all layers, counted from instantiated modules."
+    ),
 }
 
 STYLE = {
@@ -76,4 +87,31 @@ def line_plot(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.legend()
+        return save_figure(fig, base)
+
+
+def bar_plot(
+    frame: pd.DataFrame,
+    x: str,
+    series: Sequence[tuple[str, str]],
+    xlabel: str,
+    ylabel: str,
+    base: Path,
+    logy: bool = False,
+) -> list[Path]:
+    """Grouped bars: one group per row of ``frame`` (labelled by column ``x``), one bar per ``(column, label)``."""
+    with plt.rc_context({**STYLE, "figure.figsize": (6.0, 3.4)}):
+        fig, ax = plt.subplots()
+        width = 0.8 / len(series)
+        positions = range(len(frame))
+        for i, (column, label) in enumerate(series):
+            offsets = [p - 0.4 + width * (i + 0.5) for p in positions]
+            ax.bar(offsets, frame[column], width=width, label=label)
+        ax.set_xticks(list(positions))
+        ax.set_xticklabels(frame[x].astype(str))
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend(ncol=2, fontsize=7)
         return save_figure(fig, base)

@@ -1,11 +1,17 @@
 """Table rendering: results -> paper_tables/<profile>/<name>.tex and <name>.csv.
 
-Each thesis table is one function registered in :data:`TABLES` plus one template,
-workflow/templates/<name>.tex.j2. The function reads the tidy results (results/<profile>/all_runs.csv),
+Each thesis table is one function registered in :data:`TABLES` plus a template: its own
+workflow/templates/<name>.tex.j2, or the one its context names (``context["template"]``, most
+often the generic grid_table.tex.j2 of :mod:`leanlm.reporting.grid`; params/tables.yaml says the
+same under ``template:`` for Snakemake). The function reads the tidy results (results/<profile>/all_runs.csv),
 checks that every run and task the table needs is there (tables come from real runs only), computes
 the reproduced numbers with :mod:`leanlm.reporting.derived`, puts the thesis's printed numbers
 (:mod:`leanlm.reporting.reported`) beside them, and returns a :class:`Table`: the frame written as
 CSV (full precision) and the context of the template (formatted cells: "mean (std)", best in bold).
+
+Tables that need no results, only the profile's params (hyperparameter tables 3.11, 3.12), are
+registered in :data:`PARAMS_TABLES` and take ``(profile, config)``. The chapters' tables live in
+their own modules (render_ch3*, params_tables), imported at the end of this one so they register.
 """
 
 from __future__ import annotations
@@ -23,10 +29,9 @@ from leanlm.config import Run, runs
 from leanlm.errors import LeanLMError
 from leanlm.io import atomic_path, write_text
 from leanlm.registry import Registry
-from leanlm.reporting import derived
 from leanlm.reporting.aggregate import load
 from leanlm.reporting.latex import Cell, render_template
-from leanlm.reporting.reported import load_reported, order_key, parse_count, reported_row, thesis_label
+from leanlm.reporting.reported import order_key, thesis_label
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,8 @@ class Table:
 
 TableFn = Callable[[str, dict, pd.DataFrame], Table]
 TABLES: Registry[TableFn] = Registry("table")
+# Tables rendered from the params file alone (tables.yaml kind: params).
+PARAMS_TABLES: Registry[Callable[[str, dict], Table]] = Registry("params table")
 
 # The thesis's benchmark scale (§3.4.3): the 12-layer BERT-base with 12 heads of 64.
 THESIS_SCALE = {"n_layers": 12, "n_heads": 12, "head_dim": 64}
@@ -150,152 +157,15 @@ def require_results(tidy: pd.DataFrame, profile: str, table: str, selected: list
     return pd.concat(keep, ignore_index=True)
 
 
-# ----------------------------------------------------------------------------- Table 3.1
-# Table 3.1's benchmarks: task family -> printed header. A family shows up once the experiment
-# fine-tunes on it (params/experiments/ch3.yaml, key finetune).
-TABLE_3_1_FAMILIES = {"glue": "GLUE", "superglue": "SUPERGLUE", "squad_v1": "SQUAD v1.1", "squad_v2": "SQUAD v2.0"}
-
-
-def reported_rows(reported: pd.DataFrame, selected: list[Run]) -> list[pd.Series | None]:
-    """The thesis's row for each run; None for runs the thesis has no row of (e.g. a renamed variant)."""
-    return [reported_row(reported, r.attention) if r.name == r.attention else None for r in selected]
-
-
-def _thesis_count_notes(selected: list[Run], rep_rows: list, cells: list[Cell]) -> list[dict]:
-    """Footnotes where the thesis's printed #params is not its own count rounded (MHA: 28.32M vs 28,311,552).
-
-    The count is taken from the variant built at the thesis's scale; the note's mark goes on ``cells``.
-    """
-    # Imported here: analytic imports this module (write_table, cell helpers).
-    from leanlm.reporting.analytic import block_parameters
-
-    notes = []
-    for i, (run, row) in enumerate(zip(selected, rep_rows)):
-        if row is None:
-            continue
-        per_block = block_parameters(run.attention, THESIS_SCALE["n_heads"], THESIS_SCALE["head_dim"])
-        exact = THESIS_SCALE["n_layers"] * per_block
-        if fmt_count(exact) != row["params"]:
-            mark = "abcdefgh"[len(notes)]
-            cells[i] = Cell(cells[i].text, cells[i].bold, mark)
-            notes.append({
-                "mark": mark,
-                "text": f"The thesis prints {row['params']} for {thesis_label(run.attention)}; its attention "
-                        f"weights at BERT-base count {exact:,} ({fmt_count(exact)}).",
-            })
-    return notes
-
-
-@TABLES.register("table_3_1")
-def table_3_1(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
-    """Encoder-only results with PRR and PEoP (Table 3.1), reproduced beside the thesis's."""
-    experiment = "ch3_encoder"
-    selected = experiment_runs(config, experiment, "table_3_1")
-    fine_tuned = config["_matrix"][experiment]["finetune"]
-    families = [f for f in TABLE_3_1_FAMILIES if f in fine_tuned]
-    if not families:
-        raise LeanLMError(f"table_3_1: experiment {experiment} fine-tunes on none of {', '.join(TABLE_3_1_FAMILIES)}")
-    rep_rows = reported_rows(load_reported("table_3_1"), selected)
-    run_ids = [r.run_id for r in selected]
-    summaries = {}
-    for family in families:
-        tasks = config["finetune"][family]["tasks"]
-        primary = require_results(tidy, profile, "table_3_1", selected, family, tasks, config["seeds"])
-        summary = derived.with_efficiency(derived.family_summary(primary, family, tasks))
-        summaries[family] = summary.set_index("run_id").loc[run_ids]
-
-    def printed(column: str) -> list:
-        return [math.nan if row is None else row[column] for row in rep_rows]
-
-    # #params: attention weights, the same for every family; then score, PRR, PEoP per family.
-    params = summaries[families[0]]["params_attention"].to_numpy()
-    printed_params = ["-" if row is None else row["params"] for row in rep_rows]
-    frame = pd.DataFrame({
-        "attention": [run_label(r) for r in selected], "run_id": run_ids,
-        "n_seeds": summaries[families[0]]["n_seeds"].to_numpy(), "params_attention": params,
-        "reported_params": ["" if p == "-" else p for p in printed_params],
-    })
-    ours = [column_cells([fmt_count(p) for p in params], params, False, 0)]
-    thesis = [column_cells(printed_params, [parse_count(p) for p in printed_params], False, 2)]
-    mha = [i for i, r in enumerate(selected) if r.name == "mha"]  # PRR's reference does not compete
-    sha = [i for i, r in enumerate(selected) if r.name == "sha"]  # nor does PEoP's
-    for family, s in summaries.items():
-        mean, std, prr_, peop_ = (s[c].to_numpy() for c in ("mean", "std", "prr", "peop"))
-        frame[f"{family}_mean"], frame[f"{family}_std"] = mean, std
-        frame[f"{family}_prr"], frame[f"{family}_peop"] = prr_, peop_
-        ours += [
-            column_cells([fmt_mean_std(m, sd) for m, sd in zip(mean, std)], mean, True, 1),
-            column_cells([fmt_number(v, 1) for v in prr_], prr_, True, 1, exclude=mha),
-            column_cells([fmt_number(v, 2) for v in peop_], peop_, True, 2, exclude=sha),
-        ]
-        for metric, digits, exclude in (("acc", 1, ()), ("prr", 1, mha), ("peop", 2, sha)):
-            values = printed(f"{family}_{metric}")
-            frame[f"reported_{family}_{metric}"] = values
-            thesis.append(column_cells([fmt_number(v, digits) for v in values], values, True, digits, exclude))
-
-    notes = _thesis_count_notes(selected, rep_rows, thesis[0])
-    context = {
-        "profile": profile,
-        "scale": scale_note(config, config["_matrix"][experiment]["backbone"]),
-        "n_seeds": len(config["seeds"]),
-        "families": [{"title": TABLE_3_1_FAMILIES[f], "metric": "Acc"} for f in families],
-        "width": 1 + 3 * len(families),
-        "rows": [{"label": Cell(frame["attention"][i]), "cells": [c[i] for c in ours] + [c[i] for c in thesis]}
-                 for i in range(len(selected))],
-        "notes": notes,
-    }
-    return Table(frame=frame, context=context)
-
-
-# ----------------------------------------------------------------------------- Table 3.5
-@TABLES.register("table_3_5")
-def table_3_5(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
-    """Per-task GLUE results of the encoder-only models (Table 3.5), each row above the thesis's."""
-    from leanlm.data.tasks import get_task
-
-    experiment, family = "ch3_encoder", "glue"
-    selected = experiment_runs(config, experiment, "table_3_5")
-    tasks, seeds = config["finetune"][family]["tasks"], config["seeds"]
-    primary = require_results(tidy, profile, "table_3_5", selected, family, tasks, seeds)
-    per_task = derived.task_summary(primary, family).set_index(["run_id", "task"])
-    average = derived.family_summary(primary, family, tasks).set_index("run_id")
-    rep_rows = reported_rows(load_reported("table_3_5"), selected)
-
-    frame = pd.DataFrame({"attention": [run_label(r) for r in selected], "run_id": [r.run_id for r in selected]})
-    ours, thesis = [], []
-    for column in [*tasks, "glue_avg"]:
-        if column == "glue_avg":
-            mean, std = (average.loc[frame["run_id"], c].to_numpy() for c in ("mean", "std"))
-        else:
-            rows = per_task.loc[[(r, column) for r in frame["run_id"]]]
-            mean, std = rows["mean"].to_numpy(), rows["std"].to_numpy()
-        frame[f"{column}_mean"], frame[f"{column}_std"] = mean, std
-        ours.append(column_cells([fmt_mean_std(m, sd) for m, sd in zip(mean, std)], mean, True, 1))
-        rep_mean = [math.nan if r is None or column not in r else r[column] for r in rep_rows]
-        rep_std = [math.nan if r is None or f"{column}_std" not in r else r[f"{column}_std"] for r in rep_rows]
-        frame[f"reported_{column}"], frame[f"reported_{column}_std"] = rep_mean, rep_std
-        thesis.append(column_cells([fmt_mean_std(m, sd) for m, sd in zip(rep_mean, rep_std)], rep_mean, True, 1))
-
-    rows = [
-        {"label": Cell(frame["attention"][i]), "cells": [c[i] for c in ours],
-         "reported": None if rep_rows[i] is None else [c[i] for c in thesis]}
-        for i in range(len(selected))
-    ]
-    context = {
-        "profile": profile,
-        "scale": scale_note(config, config["_matrix"][experiment]["backbone"]),
-        "n_seeds": len(seeds),
-        "headers": [get_task(t).thesis_name for t in tasks] + ["GLUE Avg."],
-        "rows": rows,
-    }
-    return Table(frame=frame, context=context)
-
-
 # ----------------------------------------------------------------------------- writing
 def write_table(profile: str, name: str, table: Table) -> list[Path]:
-    """Write paper_tables/<profile>/<name>.tex (from <name>.tex.j2) and <name>.csv, atomically."""
+    """Write paper_tables/<profile>/<name>.tex and <name>.csv, atomically.
+
+    The template is ``table.context["template"]`` when given (e.g. grid_table.tex.j2), else <name>.tex.j2.
+    """
     out_dir = paths.tables_dir(profile)
-    tex = render_template(f"{name}.tex.j2", name=name, **table.context)
+    context = {k: v for k, v in table.context.items() if k != "template"}
+    tex = render_template(table.context.get("template") or f"{name}.tex.j2", name=name, **context)
     tex_path = write_text(out_dir / f"{name}.tex", tex)
     csv_path = out_dir / f"{name}.csv"
     with atomic_path(csv_path, suffix=".csv") as tmp:
@@ -305,10 +175,13 @@ def write_table(profile: str, name: str, table: Table) -> list[Path]:
 
 
 def render_table(profile: str, name: str, config: dict) -> list[Path]:
-    """Render table ``name`` of ``profile`` from results/<profile>/all_runs.csv; return the files written."""
-    build = TABLES.get(name)
+    """Render table ``name`` of ``profile`` from results/<profile>/all_runs.csv (a params table: from
+    ``config`` alone); return the files written."""
     if config.get("profile", profile) != profile:
         raise LeanLMError(f"render_table: config is profile {config['profile']!r}, asked for {profile!r}")
+    if name in PARAMS_TABLES:
+        return write_table(profile, name, PARAMS_TABLES.get(name)(profile, config))
+    build = TABLES.get(name)
     return write_table(profile, name, build(profile, config, load(profile)))
 
 
@@ -318,3 +191,7 @@ def main(profile: str, name: str) -> list[Path]:
 
     config = load_config(paths.params_dir() / f"{profile}.yaml")
     return render_table(profile, name, config)
+
+
+# The chapters' tables register themselves in TABLES / PARAMS_TABLES (they import the helpers above).
+from leanlm.reporting import params_tables, render_ch3, render_ch3_scaling, render_ch3_tasks  # noqa: E402,F401

@@ -11,7 +11,9 @@ Settings, from the profile's ``finetune.<family>`` block (all optional):
 
 - ``stride``: window stride in tokens (default 256, §3.4.5);
 - ``max_length``: window length (default: the model's context, ``config.max_tokens``: 512 in §3.4.3);
-- ``batch_size``: windows per forward pass (default 8).
+- ``batch_size``: windows per forward pass (default 8);
+- ``max_tokens``: evaluate only the first this many tokens of the stream (null: all of it; a cap
+  keeps the smoke profile fast).
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ class PerplexityRunner(TaskRunner):
 
         rows = _load_split(profile, task, "test")
         token_ids = stream_token_ids(tokenizer, rows)
+        stream_tokens = token_ids.numel()
+        max_tokens = _setting(settings, "max_tokens", None, family)
+        if max_tokens is not None:
+            token_ids = token_ids[:max_tokens]
         if token_ids.numel() < 2:
             raise DataError(f"task {task}: the test split tokenises to {token_ids.numel()} token(s); "
                             f"rebuild the task set (`leanlm data tasks`)")
@@ -112,5 +118,6 @@ class PerplexityRunner(TaskRunner):
             "max_length": max_length,
             "stride": stride,
             "test_rows": len(rows),
+            "stream_tokens": stream_tokens,  # before the max_tokens cap
             "eval_seconds": time.time() - started,
         }

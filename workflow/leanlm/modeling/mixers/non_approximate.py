@@ -33,13 +33,14 @@ def running_softmax_average(s: torch.Tensor, v: torch.Tensor, chunk: int = 64
     b, heads, length = s.shape
     c = min(chunk, length)
     pad = (-length) % c
-    low = torch.finfo(torch.float32).min
-    s = s.float()
+    dtype = torch.promote_types(s.dtype, torch.float32)  # float32 at least (float64 in tests)
+    low = torch.finfo(dtype).min
+    s = s.to(dtype)
     if pad:
         s = F.pad(s, (0, pad), value=low)
         v = F.pad(v, (0, 0, 0, pad))
     n = (length + pad) // c
-    sc, vc = s.view(b, heads, n, c), v.float().view(b, heads, n, c, -1)
+    sc, vc = s.view(b, heads, n, c), v.to(dtype).view(b, heads, n, c, -1)
 
     local = sc.amax(-1)                                                # max inside each chunk
     run = local.cummax(-1).values                                      # running max at chunk ends
@@ -79,9 +80,10 @@ class NonApproximateAttention(ProjectedMixer):
 
     def masked_scores(self, h, ctx):
         s, v = self.scores(h)
-        if ctx.attention_mask is not None:
-            s = s.float().masked_fill(~ctx.attention_mask.to(torch.bool)[:, None, :],
-                                      torch.finfo(torch.float32).min)
+        if ctx.attention_mask is not None:  # padded keys: weight exp(min - m) = 0
+            dtype = torch.promote_types(s.dtype, torch.float32)
+            s = s.to(dtype).masked_fill(~ctx.attention_mask.to(torch.bool)[:, None, :],
+                                        torch.finfo(dtype).min)
         return s, v
 
     def forward(self, h: torch.Tensor, ctx: MixerContext) -> torch.Tensor:
@@ -110,12 +112,13 @@ class NonApproximateAttention(ProjectedMixer):
     def step(self, h_t, state, ctx=None):
         """Eq. 4.18 one token at a time, with the running max kept for stability."""
         s, v = self.scores(h_t[:, None])
-        s, v = s[..., 0].float(), v[:, :, 0].float()
-        m_old = state["m"].float()
+        dtype = torch.promote_types(h_t.dtype, torch.float32)
+        s, v = s[..., 0].to(dtype), v[:, :, 0].to(dtype)
+        m_old = state["m"].to(dtype)
         m = torch.maximum(m_old, s)
         decay, new = torch.exp(m_old - m), torch.exp(s - m)
-        num = state["num"].float() * decay[..., None] + new[..., None] * v
-        den = state["den"].float() * decay + new
+        num = state["num"].to(dtype) * decay[..., None] + new[..., None] * v
+        den = state["den"].to(dtype) * decay + new
         out = (num / den[..., None]).to(h_t.dtype)[:, :, None]
         dtype = h_t.dtype
         return self.merge(out)[:, 0], {"num": num.to(dtype), "den": den.to(dtype), "m": m.to(dtype)}

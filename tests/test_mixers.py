@@ -1,0 +1,191 @@
+"""Ch. 4's token mixers: recurrent == parallel, the exact formulas, stability, padding, GQA."""
+
+import math
+
+import pytest
+import torch
+
+from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.mixers import CH4_VARIANTS, MIXERS, MixerContext, build_mixer
+from leanlm.modeling.mixers.base import apply_rope, rope_tables
+
+D, HEADS, DH = 32, 4, 8
+DECODING = ["standard", "mlp", "approximate", "approximate_per_term", "non_approximate",
+            "rnd_emb_qk", "fixed_seq_qk", "static_emb_qk"]
+
+
+def config(name="standard", kv=0, **kw):
+    return ModelConfig(backbone="qwen", vocab_size=64, n_layers=2, d_model=D, n_heads=HEADS,
+                       head_dim=DH, d_ff=64, max_position=256, type_vocab_size=0, dropout=0.0,
+                       attention_dropout=0.0, layer_norm_eps=1e-6, attention=name, n_kv_heads=kv, **kw)
+
+
+def make(name, kv=0, seed=0, **kw):
+    torch.manual_seed(seed)
+    return build_mixer(name, config(name, kv, **kw)).double()
+
+
+def context(mixer, length, batch=2, seed=1, fixed_len=None):
+    """RoPE tables and, per variant, embeddings or a cached fixed (q, k)."""
+    g = torch.Generator().manual_seed(seed)
+    cos, sin = rope_tables(torch.arange(length), DH, mixer.rope_theta, torch.float64)
+    ctx = MixerContext(cos=cos, sin=sin)
+    if mixer.qk_stream == "embeddings":
+        ctx.embeddings = torch.randn(batch, length, D, generator=g, dtype=torch.float64)
+    elif mixer.qk_stream in ("random", "text"):
+        n = fixed_len or length
+        c, s = rope_tables(torch.arange(n), DH, mixer.rope_theta, torch.float64)
+        x = torch.randn(1, n, D, generator=g, dtype=torch.float64)
+        ctx.fixed_qk = {0: (apply_rope(mixer.project_q(x), c, s), apply_rope(mixer.project_k(x), c, s))}
+    return ctx
+
+
+def test_registry_has_every_variant_with_table_rows():
+    assert set(CH4_VARIANTS) <= set(MIXERS.names())
+    for name in CH4_VARIANTS:
+        cls = MIXERS.get(name)
+        assert cls.label and cls.complexity_latex and set(cls.flops_latex) == {"prefill", "decode"}
+        assert cls.activation_latex and cls.cache_latex
+    # A few printed values (Tables 4.6, 4.8) at B=2, L=3, d=4, h=2.
+    assert MIXERS.get("standard").flops(2, 3, 4, 2, "prefill") == 4 * 2 * 9 * 4 + 6 * 2 * 3 * 16
+    assert MIXERS.get("non_approximate").cache_size(2, 3, 4, 2) == 2 * 2 * 4 + 4 * 2 * 2
+    assert MIXERS.get("rnd_emb_qk").cache_size(2, 3, 4, 2) == 2 * 3 * 3 * 4
+
+
+def test_parameters_match_across_variants():
+    counts = {name: sum(p.numel() for p in make(name).parameters()) for name in MIXERS.names()}
+    attention = counts.pop("mlp")
+    assert len(set(counts.values())) == 1  # every projected variant: the same Q/K/V/O
+    assert abs(attention - counts["standard"]) <= 1.5 * D  # integer width, as close as it gets
+    assert make("mlp").width == round(counts["standard"] / (3 * D))
+
+
+@pytest.mark.parametrize("name", DECODING)
+def test_recurrent_form_equals_parallel_form(name):
+    """Prefill 50 tokens, then step one token at a time: the same outputs as one forward over 75
+    (longer than the 64-token chunks of the linear forms, and not a multiple of them)."""
+    mixer = make(name, kv=2).eval()
+    length, prompt = 75, 50
+    h = torch.randn(2, length, D, dtype=torch.float64)
+    ctx = context(mixer, length)
+    full = mixer(h, ctx)
+    head = MixerContext(cos=ctx.cos[:prompt], sin=ctx.sin[:prompt], fixed_qk=ctx.fixed_qk,
+                        embeddings=None if ctx.embeddings is None else ctx.embeddings[:, :prompt])
+    out, state = mixer.prefill(h[:, :prompt], head)
+    outs = [out]
+    for t in range(prompt, length):
+        emb = None if ctx.embeddings is None else ctx.embeddings[:, t:t + 1]
+        y, state = mixer.step(h[:, t], state, MixerContext(embeddings=emb))
+        outs.append(y[:, None])
+    rtol = 1e-7 if name == "approximate_per_term" else 1e-10  # its q.sum(k) denominators cancel
+    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=rtol, atol=rtol)
+
+
+def taylor_reference(q, k, v):
+    """Quadratic form of eq. 4.6: weights 1 + s + s^2/2 over j <= i, normalised per row."""
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+    w = (1 + s + s * s / 2).tril()
+    return (w @ v) / w.sum(-1, keepdim=True)
+
+
+def test_approximate_is_the_taylor_attention():
+    mixer = make("approximate")
+    h = torch.randn(2, 100, D, dtype=torch.float64)
+    ctx = context(mixer, 100)
+    q, k, v = mixer.qkv(h, ctx.cos, ctx.sin)
+    torch.testing.assert_close(mixer(h, ctx), mixer.merge(taylor_reference(q, k, v)))
+
+
+def test_approximate_per_term_follows_appendix_equations():
+    """Eqs. 4.14-4.17 computed literally, token by token."""
+    mixer = make("approximate_per_term")
+    h = torch.randn(1, 20, D, dtype=torch.float64)
+    ctx = context(mixer, 20, batch=1)
+    q, k, v = mixer.qkv(h, ctx.cos, ctx.sin)
+    rows = []
+    for i in range(20):
+        qi, kj, vj = q[:, :, i], k[:, :, : i + 1], v[:, :, : i + 1]
+        o0 = vj.sum(2) / (i + 1)
+        o1 = (qi[..., None, :] @ (kj.transpose(-1, -2) @ vj))[..., 0, :] / (qi * kj.sum(2)).sum(-1, keepdim=True)
+        q2, k2 = qi ** 2 / math.sqrt(2), kj ** 2 / math.sqrt(2)
+        o2 = (q2[..., None, :] @ (k2.transpose(-1, -2) @ vj))[..., 0, :] / (q2 * k2.sum(2)).sum(-1, keepdim=True)
+        rows.append(o0 + o1 + o2)
+    torch.testing.assert_close(mixer(h, ctx), mixer.merge(torch.stack(rows, 2)), rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_non_approximate_equals_softmax_over_self_scores_and_is_stable(scale):
+    """o_i = softmax_{j<=i}(s_j) v_j (eq. 4.18), also with logits in the thousands (the uniform
+    model's outliers): the chunked running-max form neither overflows nor loses the weights."""
+    mixer = make("non_approximate")
+    with torch.no_grad():
+        mixer.q_proj.weight.mul_(scale)
+        mixer.k_proj.weight.mul_(scale)
+    h = torch.randn(2, 130, D, dtype=torch.float64)
+    s, v = mixer.scores(h)
+    assert scale == 1.0 or s.abs().max() > 1e3
+    future = torch.ones(130, 130, dtype=torch.bool).triu(1)
+    weights = s[..., None, :].expand(-1, -1, 130, -1).masked_fill(future, float("-inf")).softmax(-1)
+    expected = mixer.merge(weights @ v)
+    got = mixer(h, MixerContext())
+    torch.testing.assert_close(got, expected)
+    got32 = mixer.float()(h.float(), MixerContext())
+    assert torch.isfinite(got32).all()
+    torch.testing.assert_close(got32.double(), expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["standard", "approximate", "non_approximate"])
+def test_left_padding_is_masked_out(name):
+    """Padded keys contribute nothing: a left-padded row gives the unpadded row's outputs (RoPE is
+    relative, so the shift does not matter for these variants)."""
+    mixer = make(name).eval()
+    pad, length = 5, 40
+    h = torch.randn(1, length, D, dtype=torch.float64)
+    padded = torch.cat([torch.randn(1, pad, D, dtype=torch.float64), h], 1)
+    mask = torch.cat([torch.zeros(1, pad), torch.ones(1, length)], 1).long()
+    ctx = context(mixer, pad + length, batch=1)
+    ctx.attention_mask = mask
+    plain = mixer(h, context(mixer, length, batch=1))
+    torch.testing.assert_close(mixer(padded, ctx)[:, pad:], plain)
+
+
+@pytest.mark.parametrize("name", ["standard", "approximate", "non_approximate", "rnd_emb_qk",
+                                  "static_emb_qk"])
+def test_grouped_query_attention(name):
+    """n_kv_heads=2 of 4: K/V projections shrink, outputs keep their shape, and the result equals
+    MHA whose K/V weights repeat each group's head."""
+    gqa, mha = make(name, kv=2), make(name, kv=0)
+    assert gqa.k_proj.out_features == gqa.v_proj.out_features == 2 * DH
+    with torch.no_grad():
+        for proj in ("q_proj", "o_proj"):
+            getattr(mha, proj).load_state_dict(getattr(gqa, proj).state_dict())
+        for proj in ("k_proj", "v_proj"):
+            w = getattr(gqa, proj).weight.view(2, DH, D).repeat_interleave(2, 0).reshape(HEADS * DH, D)
+            b = getattr(gqa, proj).bias.view(2, DH).repeat_interleave(2, 0).reshape(-1)
+            getattr(mha, proj).weight.copy_(w)
+            getattr(mha, proj).bias.copy_(b)
+    h = torch.randn(2, 30, D, dtype=torch.float64)
+    out = gqa(h, context(gqa, 30, seed=3))
+    assert out.shape == (2, 30, D)
+    torch.testing.assert_close(out, mha(h, context(mha, 30, seed=3)))
+
+
+def test_shared_map_is_computed_once_for_all_rows():
+    """RndEmbQK: one (1, heads, L, L) map whatever the batch; each row is that map times its own V."""
+    mixer = make("rnd_emb_qk")
+    ctx = context(mixer, 25)
+    ctx.capture = {}
+    h = torch.randn(3, 25, D, dtype=torch.float64)
+    out = mixer(h, ctx)
+    probs = ctx.capture[0]["probs"]
+    assert probs.shape == (1, HEADS, 25, 25)
+    expected = mixer.merge(probs @ mixer.project_v(h))
+    torch.testing.assert_close(out, expected)
+    # Rows do not interact: a row alone gives the same output.
+    torch.testing.assert_close(mixer(h[1:2], context(mixer, 25)), out[1:2])
+
+
+def test_shared_map_needs_the_fixed_stream():
+    mixer = make("fixed_seq_qk")
+    with pytest.raises(RuntimeError, match="fixed Q/K stream"):
+        mixer(torch.randn(1, 4, D, dtype=torch.float64), MixerContext())

@@ -1,0 +1,106 @@
+"""Shuffle+Random (ch. 2's objective): the vectorised corruption's label statistics and the model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from leanlm.errors import ConfigError, DataError
+from leanlm.hashing import HashCodebook, MD5Hasher
+from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.heads import BertForSequenceClassification
+from leanlm.modeling.models import build_model, transfer_backbone
+from leanlm.modeling.shuffle_random import BertForShuffleRandom
+from leanlm.training.shuffle_random import IGNORE_INDEX, shuffle_random
+
+torch.set_num_threads(2)
+
+
+def corpus_batch(rows=64, length=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 30_000, (rows, length), generator=g)
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    ids[:, 0], ids[:, -1] = 2, 3  # [CLS] ... [SEP]
+    special[:, 0] = special[:, -1] = True
+    ids[-1, length // 2:], special[-1, length // 2:] = 0, True  # padding
+    return ids, special
+
+
+def test_label_statistics_and_consistency():
+    ids, special = corpus_batch()
+    corrupted, labels = shuffle_random(ids, special, torch.Generator().manual_seed(1),
+                                       vocab_or_sampler=(5, 30_000))
+    assert torch.equal(labels == IGNORE_INDEX, special)
+    eligible = (~special).sum().item()
+    shuffled = (labels == 1).sum().item() / eligible
+    replaced = (labels == 2).sum().item() / eligible
+    # About 10% each (binomial sd ~0.25% here); a shuffled token can land on its own place.
+    assert 0.085 < shuffled < 0.105 and 0.09 < replaced < 0.11
+    assert torch.equal(corrupted[labels == 0], ids[labels == 0])
+    assert (corrupted[labels > 0] != ids[labels > 0]).all()
+    assert torch.equal(corrupted[special], ids[special])
+    assert ((corrupted[labels == 2] >= 5) & (corrupted[labels == 2] < 30_000)).all()
+    for row in range(ids.size(0)):  # shuffling permutes tokens within their row
+        keep = labels[row] != 2
+        assert torch.equal(corrupted[row][keep].sort().values, ids[row][keep].sort().values)
+
+
+def test_identical_tokens_shuffled_onto_each_other_stay_original():
+    ids = torch.full((4, 50), 9)
+    ids[:, ::2] = 11
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    corrupted, labels = shuffle_random(ids, special, torch.Generator().manual_seed(0), 0.5, 0.0,
+                                       vocab_or_sampler=100)
+    moved = corrupted != ids
+    assert torch.equal(labels == 1, moved) and (labels != 2).all()
+    assert 0 < moved.float().mean() < 0.5
+
+
+def test_draws_come_from_the_generator_only():
+    ids, special = corpus_batch(rows=8, length=64)
+    a = shuffle_random(ids, special, torch.Generator().manual_seed(5), vocab_or_sampler=1000)
+    torch.manual_seed(123)  # the global stream must not matter
+    b = shuffle_random(ids, special, torch.Generator().manual_seed(5), vocab_or_sampler=1000)
+    c = shuffle_random(ids, special, torch.Generator().manual_seed(6), vocab_or_sampler=1000)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])
+
+
+def test_codebook_sampler_and_bad_arguments():
+    book = HashCodebook(MD5Hasher())
+    ids = torch.tensor(book.encode(["one two three four five six seven eight nine ten"] * 4,
+                                   add_special_tokens=True))
+    special = ids < book.n_special
+    corrupted, labels = shuffle_random(ids, special, torch.Generator().manual_seed(0), 0.2, 0.3,
+                                       vocab_or_sampler=book.random_ids)
+    assert (corrupted[labels == 2] >= book.n_special).all() and (labels == 2).any()
+    with pytest.raises(ConfigError):
+        shuffle_random(ids, special, torch.Generator(), 0.6, 0.5, vocab_or_sampler=10)
+    with pytest.raises(DataError):
+        shuffle_random(ids, special[:, :3], torch.Generator(), vocab_or_sampler=10)
+    with pytest.raises(DataError):
+        shuffle_random(ids, special, torch.Generator(), vocab_or_sampler=lambda shape, g: torch.zeros(3))
+
+
+TINY = dict(vocab_size=200, n_layers=2, d_model=32, n_heads=4, head_dim=8, d_ff=64, max_position=40)
+
+
+def test_model_loss_is_token_level_cross_entropy_and_backbone_transfers():
+    torch.manual_seed(0)
+    config = ModelConfig(**TINY)
+    model = build_model(config, "shuffle_random").eval()
+    assert isinstance(model, BertForShuffleRandom) and model.encoder.pooler is None
+    ids, special = corpus_batch(rows=3, length=20)
+    ids = ids % 200
+    inputs, labels = shuffle_random(ids, special, torch.Generator().manual_seed(0), 0.2, 0.2,
+                                    vocab_or_sampler=200)
+    out = model(input_ids=inputs, labels=labels)
+    assert out["logits"].shape == (3, 20, 3)
+    keep = labels != IGNORE_INDEX
+    torch.testing.assert_close(out["loss"], F.cross_entropy(out["logits"][keep], labels[keep]))
+    assert model(input_ids=inputs)["loss"] is None
+    none = model(input_ids=inputs, labels=torch.full_like(labels, IGNORE_INDEX))["loss"]
+    assert none.item() == 0.0 and none.requires_grad
+    classifier = transfer_backbone(BertForSequenceClassification(config, num_labels=2), model)
+    assert torch.equal(classifier.encoder.layers[0].output.weight, model.encoder.layers[0].output.weight)
