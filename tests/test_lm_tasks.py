@@ -103,8 +103,21 @@ def test_train_takes_the_shortest_document_and_splits_need_three():
     # The ranking is a hash of the seed: other seeds deal other validation documents.
     assert len({tuple(d["doc_id"] for d in lm_tasks.deal_documents(docs, seed, "ptb")["validation"])
                 for seed in range(5)}) > 1
-    with pytest.raises(DataError, match="needs at least 3 held-out documents"):
-        lm_tasks.deal_documents(docs[:2], seed=13, task="ptb")
+    with pytest.raises(DataError, match="needs at least 3 held-out documents or paragraphs"):
+        lm_tasks.deal_documents(docs[:2], seed=13, task="ptb")  # one paragraph each: nothing to cut
+
+
+def test_too_few_documents_are_cut_at_paragraph_boundaries():
+    paragraphs = [f"Paragraph {i} of the article." for i in range(5)]
+    docs = [{"doc_id": "wikipedia:A", "text": "\n".join(paragraphs)}, {"doc_id": "wikipedia:B", "text": "Short."}]
+    units = lm_tasks.split_into_units(docs)
+    assert [u["doc_id"] for u in units] == ["wikipedia:A#1", "wikipedia:A#2", "wikipedia:B"]
+    assert units[0]["text"] + "\n" + units[1]["text"] == docs[0]["text"]  # contiguous, nothing lost
+    dealt = lm_tasks.deal_documents(docs, seed=13, task="wikitext103")
+    assert [d["doc_id"] for d in dealt["train"]] == ["wikipedia:B"]
+    assert len(dealt["validation"]) == len(dealt["test"]) == 1
+    assert lm_tasks.split_into_units(docs + [{"doc_id": "x", "text": "y"}]) == \
+        docs + [{"doc_id": "x", "text": "y"}]  # three already: nothing is cut
 
 
 def test_standin_without_a_corpus_says_which_stage_to_run(tmp_path):

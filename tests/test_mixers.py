@@ -106,9 +106,9 @@ def test_approximate_per_term_follows_appendix_equations():
     for i in range(20):
         qi, kj, vj = q[:, :, i], k[:, :, : i + 1], v[:, :, : i + 1]
         o0 = vj.sum(2) / (i + 1)
-        o1 = (qi[..., None, :] @ (kj.transpose(-1, -2) @ vj))[..., 0, :] / (qi * kj.sum(2)).sum(-1, keepdim=True)
         q2, k2 = qi ** 2 / math.sqrt(2), kj ** 2 / math.sqrt(2)
-        o2 = (q2[..., None, :] @ (k2.transpose(-1, -2) @ vj))[..., 0, :] / (q2 * k2.sum(2)).sum(-1, keepdim=True)
+        o1, o2 = ((a[..., None, :] @ (b.transpose(-1, -2) @ vj))[..., 0, :]
+                  / (a * b.sum(2)).sum(-1, keepdim=True) for a, b in ((qi, kj), (q2, k2)))
         rows.append(o0 + o1 + o2)
     torch.testing.assert_close(mixer(h, ctx), mixer.merge(torch.stack(rows, 2)), rtol=1e-8, atol=1e-8)
 

@@ -235,7 +235,8 @@ def test_table_4_10_sizes_and_parameter_counts():
         assert (row.hidden, row.intermediate, row.layers, row.max_window_layers, row.heads,
                 row.kv_heads) == (hidden, inter, layers, window, heads, kv)
         cfg = qwen_config(size)
-        assert (cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.n_heads, cfg.kv_heads) == (hidden, inter, layers, heads, kv)
+        assert (cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.n_heads, cfg.kv_heads) == \
+            (hidden, inter, layers, heads, kv)
         # Closed form of the standard model (untied embeddings, QKV bias, or q/k norm for 1.7B).
         d, dh = hidden, cfg.head_dim
         attn = 4 * d * heads * dh + (2 * dh if cfg.qk_norm else 3 * heads * dh)

@@ -1,28 +1,36 @@
-"""Aggregation and Table 3.1 rendering from synthetic per-run results in a scratch project root."""
+"""Aggregation, the rendering machinery (grid template, write_table, tables.yaml) and formatting.
+
+The chapter-3 tables themselves are tested in test_render_ch3.py on a synthetic tidy table.
+"""
 
 import json
-import math
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
+from ch3_synthetic import BASE, PARAMS
 from leanlm.config import load_config, runs
 from leanlm.data.tasks import get_task
 from leanlm.errors import LeanLMError
 from leanlm.io import write_json
 from leanlm.reporting import aggregate
+from leanlm.reporting.grid import Column, Notes, grid_context, grid_row, header_groups
 from leanlm.reporting.latex import Cell, tex_cell, tex_escape
-from leanlm.reporting.render import best_flags, fmt_count, fmt_mean_std, render_table
+from leanlm.reporting.render import (
+    PARAMS_TABLES,
+    TABLES,
+    Table,
+    best_flags,
+    fmt_count,
+    fmt_mean_std,
+    render_table,
+    write_table,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-PARAMS_SHA = 2 * (3 * 64 * 16 + 64 * 64)        # 2 layers of SHA at d=64, 4 heads of 16: 14,336
-PARAMS = {"sha": PARAMS_SHA, "mha": 2 * 4 * 64 * 64, "mhe_add": PARAMS_SHA + 2 * 3 * 4 * 16,
-          "mhe_mul": PARAMS_SHA + 2 * 3 * 4 * 16}
-# Every task's primary metric = BASE[run] + 0.01 * seed, so with seeds 0 and 1 the GLUE average is
-# 100 * BASE + 0.5 with std 0.71 (= 100 * 0.01 / sqrt(2)).
-BASE = {"sha": 0.70, "mha": 0.80, "mhe_add": 0.74, "mhe_mul": 0.76}
+EXPERIMENT = "ch3_encoder"
 
 
 @pytest.fixture(scope="module")
@@ -36,21 +44,25 @@ def root(scratch_root):
 
 
 def write_results(root: Path, config: dict, skip=lambda run, task, seed: False) -> None:
+    """GLUE results JSONs of the encoder runs: every task's primary metric = BASE[attention] + 0.01 * seed."""
     for run in runs(config):
+        if run.experiment != EXPERIMENT:
+            continue
         results = []
         for task in config["finetune"]["glue"]["tasks"]:
             spec = get_task(task)
             for seed in config["seeds"]:
                 if skip(run.name, task, seed):
                     continue
-                value = BASE[run.name] + 0.01 * seed
+                value = BASE[run.attention] + 0.01 * seed
                 metrics = {m: (value if m == spec.primary_metric else 0.123) for m in spec.metrics}
                 results.append({"task": task, "seed": seed, "metrics": metrics, "primary_metric": spec.primary_metric,
                                 "primary": value, "best_step": 10, "train_seconds": 1.0})
         write_json(root / "results" / "smoke" / "runs" / run.run_id / "glue.json", {
             "profile": "smoke", "experiment": run.experiment, "run": run.name, "run_id": run.run_id,
             "family": "glue", "model": dict(run.model), "results": results, "timing": {"seconds": 9.0},
-            "parameters": {"total": 100_000 + PARAMS[run.name], "attention": PARAMS[run.name], "embedding": 70_000},
+            "parameters": {"total": 100_000 + PARAMS[run.attention], "attention": PARAMS[run.attention],
+                           "embedding": 70_000},
             "hardware": "cpu: test",
         })
         write_json(root / "results" / "smoke" / "runs" / run.run_id / "pretrain.json",
@@ -63,11 +75,12 @@ def test_aggregate_writes_the_tidy_table(root, config):
     path = aggregate.main("smoke")
     df = pd.read_csv(path)
     assert list(df.columns) == aggregate.COLUMNS
-    # 4 runs x 8 tasks x 2 seeds primary rows, plus QQP's accuracy and STS's Pearson as secondary rows
-    assert int(df["is_primary"].sum()) == 4 * 8 * 2
-    assert len(df) == 4 * (8 + 2) * 2
+    n_runs = sum(r.experiment == EXPERIMENT for r in runs(config))
+    # n runs x 8 tasks x 2 seeds primary rows, plus QQP's accuracy and STS's Pearson as secondary rows
+    assert int(df["is_primary"].sum()) == n_runs * 8 * 2
+    assert len(df) == n_runs * (8 + 2) * 2
     row = df[(df.run_id == "ch3_encoder-mhe_mul") & (df.task == "stsb") & (df.seed == 1) & (df.metric == "spearman")]
-    assert row["value"].item() == pytest.approx(0.77) and row["is_primary"].item()
+    assert row["value"].item() == pytest.approx(BASE["mhe_mul"] + 0.01) and row["is_primary"].item()
     assert row["attention"].item() == "mhe_mul" and row["params_attention"].item() == PARAMS["mhe_mul"]
     assert not (root / "results" / "smoke" / "all_runs.csv.tmp").exists()
 
@@ -89,75 +102,7 @@ def test_aggregate_without_results_is_a_clear_error(root):
         aggregate.aggregate("smoke")
 
 
-# --------------------------------------------------------------------------- Table 3.1
-def test_render_table_3_1(root, config):
-    write_results(root, config)
-    aggregate.main("smoke")
-    tex_path, csv_path = render_table("smoke", "table_3_1", config)
-    assert tex_path == root / "paper_tables" / "smoke" / "table_3_1.tex"
-    tex = tex_path.read_text()
-    body = {line.split(" & ")[0]: line.split(" & ") for line in tex.splitlines() if " & " in line and "\\\\" in line}
-    # rows in thesis order, only the runs of the matrix
-    order = [line.split(" & ")[0] for line in tex.splitlines() if line.split(" & ")[0] in {"SHA", "MHA", "MHE-ADD", "MHE-MUL"}]
-    assert order == ["SHA", "MHA", "MHE-ADD", "MHE-MUL"]
-    # reproduced: #params, GLUE mean (std), PRR, PEoP | thesis: #params, Acc, PRR, PEoP
-    assert body["SHA"][1:5] == [r"\textbf{14.34K}", "70.5 (0.7)", "87.6", "-"]
-    assert body["MHA"][1:5] == ["32.77K", r"\textbf{80.5 (0.7)}", "100.0", "0.11"]
-    assert body["MHE-MUL"][1:5] == ["14.72K", "76.5 (0.7)", r"\textbf{95.0}", r"\textbf{3.18}"]
-    assert body["MHE-ADD"][3:5] == ["92.5", "2.12"]
-    assert body["SHA"][5:] == [r"\textbf{8.85M}", "79.2", "96.7", r"- \\"]
-    assert body["MHA"][5:7] == [r"28.32M$^{\mathrm{a}}$", r"\textbf{81.9}"]
-    assert body["MHE-MUL"][7:] == [r"\textbf{98.3}", r"\textbf{5.53} \\"]
-    assert "28,311,552" in tex  # the footnote: printed 28.32M, counted 28,311,552
-    assert "smoke profile: 2 layers, d=64 (4 heads of 16), packaged stand-in data; not comparable" in tex
-    assert r"\toprule" in tex and r"\bottomrule" in tex
-
-    csv = pd.read_csv(csv_path).set_index("attention")
-    assert list(csv.index) == ["SHA", "MHA", "MHE-ADD", "MHE-MUL"]
-    assert csv.loc["MHE-MUL", "glue_mean"] == pytest.approx(76.5)
-    assert csv.loc["MHE-MUL", "glue_std"] == pytest.approx(1 / math.sqrt(2))
-    assert csv.loc["MHE-MUL", "glue_prr"] == pytest.approx(100 * 76.5 / 80.5)
-    assert csv.loc["MHE-MUL", "glue_peop"] == pytest.approx((76.5 / 70.5 - 1) / (PARAMS["mhe_mul"] / PARAMS_SHA - 1))
-    assert csv.loc["MHE-MUL", "reported_glue_peop"] == 5.53
-    assert csv.loc["MHA", "reported_params"] == "28.32M"
-    assert csv.loc["SHA", "params_attention"] == PARAMS_SHA and csv.loc["SHA", "n_seeds"] == 2
-
-
-def test_render_table_3_5_per_task_with_thesis_rows(root, config):
-    write_results(root, config)
-    aggregate.main("smoke")
-    tex_path, csv_path = render_table("smoke", "table_3_5", config)
-    lines = tex_path.read_text().splitlines()
-    header = next(line for line in lines if line.startswith("Attention"))
-    assert header.split(" & ")[1:] == ["MNLI$\\uparrow$", "QNLI$\\uparrow$", "QQP$\\uparrow$", "RTE$\\uparrow$",
-                                       "SST$\\uparrow$", "MRPC$\\uparrow$", "CoLA$\\uparrow$", "STS$\\uparrow$",
-                                       "GLUE Avg.$\\uparrow$ \\\\"]
-    mha = lines.index(next(line for line in lines if line.startswith("MHA &")))
-    assert lines[mha].split(" & ")[5] == r"\textbf{80.5 (0.7)}"          # SST, reproduced
-    thesis = lines[mha + 1].split(" & ")
-    assert thesis[0] == r"\quad\textit{thesis}"
-    assert thesis[5] == r"\textit{\textbf{92.0 (0.3)}}"                 # SST, printed: best of the four
-    assert thesis[7] == r"\textit{\textbf{59.6 (1.3)}}"                 # CoLA
-    csv = pd.read_csv(csv_path).set_index("attention")
-    assert csv.loc["SHA", "cola_mean"] == pytest.approx(70.5)
-    assert csv.loc["SHA", "reported_cola"] == 53.8 and csv.loc["SHA", "reported_glue_avg_std"] == 0.1
-
-
-def test_missing_run_is_a_clear_error(root, config):
-    write_results(root, config)
-    shutil.rmtree(root / "results" / "smoke" / "runs" / "ch3_encoder-mhe_add")
-    aggregate.main("smoke")
-    with pytest.raises(LeanLMError, match=r"ch3_encoder-mhe_add on glue.*ch3_encoder-mhe_add/glue.json is missing"):
-        render_table("smoke", "table_3_1", config)
-
-
-def test_missing_task_seed_is_a_clear_error(root, config):
-    write_results(root, config, skip=lambda run, task, seed: run == "sha" and task == "cola" and seed == 1)
-    aggregate.main("smoke")
-    with pytest.raises(LeanLMError, match=r"ch3_encoder-sha/glue.json lacks 1 task/seed.*cola seed 1"):
-        render_table("smoke", "table_3_1", config)
-
-
+# --------------------------------------------------------------------------- rendering machinery
 def test_render_needs_the_aggregate_and_a_known_table(root, config):
     with pytest.raises(LeanLMError, match="all_runs.csv does not exist"):
         render_table("smoke", "table_3_1", config)
@@ -180,3 +125,69 @@ def test_latex_escaping():
     assert tex_escape("Acc↑") == r"Acc$\uparrow$"
     assert tex_cell(Cell("MHE_MUL", bold=True, mark="a")) == r"\textbf{MHE\_MUL}$^{\mathrm{a}}$"
     assert tex_cell(Cell("$3d^2n$", raw=True)) == "$3d^2n$"
+
+
+# --------------------------------------------------------------------------- grid template
+def test_header_groups_span_consecutive_columns():
+    columns = [Column("#params"), Column("Acc", "GLUE"), Column("PRR", "GLUE"), Column("F1", "SQUAD")]
+    assert header_groups(columns) == [
+        {"title": "", "span": 1, "first": 2, "last": 2},
+        {"title": "GLUE", "span": 2, "first": 3, "last": 4},
+        {"title": "SQUAD", "span": 1, "first": 5, "last": 5},
+    ]
+
+
+def test_notes_mark_each_text_once():
+    notes = Notes()
+    assert notes.mark("x") == "a" and notes.mark("y") == "b" and notes.mark("x") == "a"
+    assert notes.marked(Cell("1", bold=True), "y") == Cell("1", True, "b")
+    assert notes.marked("2", None) == Cell("2")
+    assert notes.context() == [{"mark": "a", "text": "x"}, {"mark": "b", "text": "y"}]
+
+
+def test_grid_table_renders_groups_thesis_rows_notes_and_landscape(root):
+    notes = Notes()
+    columns = [Column("#params", arrow="↓"), Column("Acc", "GLUE", "↑"), Column("PRR", "GLUE", "↑")]
+    rows = [grid_row("SHA", [Cell("8.85M", bold=True), "70.0 (0.7)", "87.5"], reported=["8.85M", "79.2", "96.7"]),
+            grid_row(notes.marked(Cell("FNET"), "footnote 5"), ["0", "60.0", "75.0"], rule_before=True)]
+    context = grid_context(caption="A 50% caption_", columns=columns, rows=rows, notes=notes, landscape=True)
+    assert context["template"] == "grid_table.tex.j2"
+    tex_path, csv_path = write_table("smoke", "table_x", Table(frame=pd.DataFrame({"a": [1]}), context=context))
+    lines = tex_path.read_text().splitlines()
+    assert lines[0] == r"\begin{landscape}" and lines[-1] == r"\end{landscape}"
+    assert r"\caption{A 50\% caption\_}" in lines
+    assert r" &  & \multicolumn{2}{c}{GLUE} \\" in lines
+    assert r"\cmidrule(lr){3-4}" in lines
+    assert r"Attention & \#params$\downarrow$ & Acc$\uparrow$ & PRR$\uparrow$ \\" in lines
+    sha = lines.index(r"SHA & \textbf{8.85M} & 70.0 (0.7) & 87.5 \\")
+    assert lines[sha + 1] == r"\quad\textit{thesis} & \textit{8.85M} & \textit{79.2} & \textit{96.7} \\"
+    assert lines[sha + 2] == r"\midrule" and lines[sha + 3] == r"FNET$^{\mathrm{a}}$ & 0 & 60.0 & 75.0 \\"
+    assert r"$^{\mathrm{a}}$\,footnote 5\par" in lines
+    assert pd.read_csv(csv_path)["a"].tolist() == [1]
+    with pytest.raises(ValueError, match="2 cells for 3 columns"):
+        grid_context(caption="", columns=columns, rows=[grid_row("X", ["1", "2"])])
+
+
+def test_write_table_defaults_to_the_tables_own_template(root):
+    (root / "workflow" / "templates" / "table_y.tex.j2").write_text(r"own \VAR{name} \VAR{x}" + "\n")
+    tex_path, _ = write_table("smoke", "table_y", Table(frame=pd.DataFrame(), context={"x": 3}))
+    assert tex_path.read_text() == "own table_y 3\n"
+
+
+def test_tables_yaml_names_every_renderer_and_its_template(config):
+    """Snakemake's view (params/tables.yaml) and the package's registries agree on every table."""
+    from leanlm.reporting.analytic import ANALYTIC
+
+    spec = yaml.safe_load((REPO / "params" / "tables.yaml").read_text())
+    kinds = {name: s["kind"] for name, s in spec.items()}
+    assert {n for n, k in kinds.items() if k == "results"} == set(TABLES.names())
+    assert {n for n, k in kinds.items() if k == "params"} == set(PARAMS_TABLES.names())
+    assert {n for n, k in kinds.items() if k == "analytic"} == set(ANALYTIC.names())
+    for name, s in spec.items():
+        template = s.get("template", f"{name}.tex.j2")
+        if "tex" in s["outputs"]:
+            assert (REPO / "workflow" / "templates" / template).is_file(), name
+        for experiment in s.get("experiments", []) + s.get("optional", []):
+            assert experiment in config["_matrix"], (name, experiment)
+        for path in s.get("inputs", []):
+            assert (REPO / path).is_file(), (name, path)

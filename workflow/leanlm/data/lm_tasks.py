@@ -11,7 +11,9 @@ Nothing reads the train split of an ``lm`` task (it is only evaluated on), but e
 stand-in must have three non-empty splits (``glue_standins.build_standin``), so train gets the one
 shortest held-out document and wastes as little test text as possible. The others are ranked by a
 hash of ``data.tasks.seed``, the task and the doc_id: the first :data:`VALIDATION_SHARE` (at least
-one) is validation, the rest test.
+one) is validation, the rest test. A small corpus may hold out fewer than three such documents;
+then the longest is cut at a paragraph boundary into contiguous parts until there are three
+(:func:`split_into_units`), so a tiny profile still gets every split without borrowing training text.
 
 Hub rows keep the hub's text verbatim (WikiText's `` = Heading = `` lines included), minus blank
 rows; ``idx`` is the row's position in its hub split, so the stream can be rebuilt in order. There
@@ -64,13 +66,32 @@ def heldout_documents(corpus_dir: Path, sources: Iterable[str]) -> list[dict]:
     return out
 
 
+def split_into_units(documents: list[dict], minimum: int = 3) -> list[dict]:
+    """The documents, with the longest cut in two at its middle paragraph boundary (parts
+    ``<doc_id>#1``, ``#2``, in reading order) until there are ``minimum`` units or none can be cut."""
+    units = [{"doc_id": d["doc_id"], "text": d["text"]} for d in documents]
+    while len(units) < minimum:
+        cuttable = [u for u in units if len(u["text"].strip().split("\n")) >= 2]
+        if not cuttable:
+            break
+        longest = max(cuttable, key=lambda u: (len(u["text"]), u["doc_id"]))
+        lines = longest["text"].strip().split("\n")
+        half = len(lines) // 2
+        at = units.index(longest)
+        units[at:at + 1] = [{"doc_id": f"{longest['doc_id']}#1", "text": "\n".join(lines[:half])},
+                            {"doc_id": f"{longest['doc_id']}#2", "text": "\n".join(lines[half:])}]
+    return units
+
+
 def deal_documents(documents: list[dict], seed: int, task: str) -> dict[str, list[dict]]:
     """Train: the shortest document; validation: the first :data:`VALIDATION_SHARE` of the others
-    ranked by a hash of (seed, task, doc_id); test: the rest."""
+    ranked by a hash of (seed, task, doc_id); test: the rest. Fewer than three documents are first
+    cut into parts (:func:`split_into_units`)."""
+    documents = split_into_units(documents)
     if len(documents) < 3:
-        raise DataError(f"the packaged stand-in of {task!r} needs at least 3 held-out documents (one per split) "
-                        f"and the corpus holds out {len(documents)}; raise data.corpus.validation_fraction / "
-                        f"test_fraction or use more documents")
+        raise DataError(f"the packaged stand-in of {task!r} needs at least 3 held-out documents or paragraphs "
+                        f"(one per split) and the corpus holds out {len(documents)}; raise "
+                        f"data.corpus.validation_fraction / test_fraction or use more documents")
     train = min(documents, key=lambda d: (len(d["text"]), d["doc_id"]))
     ranked = sorted((d for d in documents if d is not train),
                     key=lambda d: unit_interval(seed, task, "lm", d["doc_id"]))

@@ -48,7 +48,8 @@ def qwen_config(size: str, attention: str = "standard", layout: str = "uniform",
     qwen3 = size in QWEN3_SIZES
     fields = dict(
         backbone="qwen", vocab_size=PYTHIA_VOCAB, n_layers=row["layers"], d_model=row["hidden"],
-        n_heads=row["heads"], n_kv_heads=row["kv_heads"], head_dim=128 if qwen3 else row["hidden"] // row["heads"],
+        n_heads=row["heads"], n_kv_heads=row["kv_heads"],
+        head_dim=128 if qwen3 else row["hidden"] // row["heads"],
         d_ff=row["intermediate"], max_position=2048, type_vocab_size=0, dropout=0.0,
         attention_dropout=0.0, layer_norm_eps=1e-6, rope_theta=1_000_000.0, qk_norm=qwen3,
         pad_token_id=1, tie_word_embeddings=False, attention=attention, layout=layout,

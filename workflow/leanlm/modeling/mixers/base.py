@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from leanlm.registry import Registry
