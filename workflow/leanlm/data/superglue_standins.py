@@ -249,11 +249,17 @@ def build_multirc(src: StandInSources, ctx: BuildContext) -> Rows:
                     for word in sorted(_words_of(sentences[i])):
                         mentions[word].append(i)
                 repeated = [w for w, at in sorted(mentions.items()) if len(at) >= 2]
+                asked: set[str] = set()
                 for word in ctx.rng.sample(sorted(mentions), min(2, len(mentions))):
                     if repeated and ctx.rng.random() < 0.5:  # favour words with several true options
                         word = ctx.rng.choice(repeated)
+                    if word in asked:
+                        continue
+                    asked.add(word)
                     at = ctx.rng.sample(mentions[word], min(3, len(mentions[word])))
                     true = [p for p in (_phrase(sentences[i], word, ctx.rng) for i in at) if p]
+                    if not true:
+                        continue
                     expected = len(true) * (1 - MULTIRC_TRUE) / MULTIRC_TRUE
                     n_false = math.floor(expected) + int(ctx.rng.random() < expected - math.floor(expected))
                     elsewhere = [(e, j) for e, j in index[word] if e != d]
@@ -268,7 +274,7 @@ def build_multirc(src: StandInSources, ctx: BuildContext) -> Rows:
                             phrase = _replace_content_word(ctx.rng.choice(true), vocabulary, ctx.rng, keep=word)
                         if phrase and phrase not in true and phrase not in false:
                             false.append(phrase)
-                    if not true or not false:
+                    if not false:
                         continue
                     options = [(p, 1) for p in true] + [(p, 0) for p in false]
                     ctx.rng.shuffle(options)

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from leanlm.errors import ConfigError
-from leanlm.modeling.attention import ATTENTION, build_attention
+from leanlm.modeling.attention import build_attention
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.encoder import init_bert_weights
 from leanlm.modeling.models import register_model
@@ -41,11 +41,10 @@ IGNORE_INDEX = -100  # label of positions that take no part in the loss
 
 def build_causal_attention(config: ModelConfig) -> nn.Module:
     """The block's attention sublayer: ``config.attention`` with a causal mask."""
-    kwargs = dict(d_model=config.d_model, n_heads=config.n_heads, head_dim=config.head_dim,
-                  dropout=config.attention_dropout, causal=True, bias=True)
-    if getattr(ATTENTION.get(config.attention), "needs_max_len", False):
-        kwargs["max_len"] = config.max_position  # token mixers size their sequence matrix by it
-    return build_attention(config.attention, **kwargs)
+    # max_len reaches only the token mixers that size a sequence matrix by it (Linear).
+    return build_attention(config.attention, max_len=config.max_position, d_model=config.d_model,
+                           n_heads=config.n_heads, head_dim=config.head_dim,
+                           dropout=config.attention_dropout, causal=True, bias=True)
 
 
 class GPT2Block(nn.Module):

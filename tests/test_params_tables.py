@@ -1,0 +1,60 @@
+"""Tables 3.11 and 3.12: the hyperparameters, rendered from the profile's params file alone."""
+
+import pandas as pd
+import pytest
+
+from leanlm.config import load_config
+from leanlm.reporting.params_tables import fmt_value
+from leanlm.reporting.render import render_table
+from leanlm.reporting.reported import load_reported
+
+
+def _setting(config, path):
+    value = config
+    for part in path.split("."):
+        value = value[part]
+    return value
+
+
+@pytest.mark.parametrize("profile", ["smoke", "paper"])
+def test_hyperparameter_tables_are_the_profiles_values(scratch_root, profile):
+    config = load_config(scratch_root / "params" / f"{profile}.yaml")
+    # no results needed: rendered from the params file alone
+    for name in ("table_3_11", "table_3_12"):
+        tex_path, csv_path = render_table(profile, name, config)
+        frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False).set_index("row")
+        assert r"\textit{thesis}" not in tex_path.read_text() and "Hyperparameter" in tex_path.read_text()
+        printed = load_reported(name)
+        for label, row in frame.iterrows():
+            expected = printed.iloc[:, 0].get(row["reported_row"], "-") if row["reported_row"] else "-"
+            assert row["reported"] == str(expected), label
+    t311 = pd.read_csv(scratch_root / "paper_tables" / profile / "table_3_11.csv", keep_default_na=False).set_index("row")
+    mlm = config["pretrain"]["mlm"]
+    assert t311.loc["Maximum train steps", "mlm"] == f"{mlm['steps']} steps"
+    assert t311.loc["Adam beta2", "mlm"] == fmt_value(mlm["adam_betas"][1])
+    assert t311.loc["Adam beta2", "mlm_setting"] == "pretrain.mlm.adam_betas"
+    assert t311.loc["Dropout", "causal_lm"] == fmt_value(config["models"]["gpt2"]["dropout"])
+    for column in ("mlm", "causal_lm", "translation"):
+        for label in ("Warmup steps", "Weight decay", "Sequence length", "Peak learning rate"):
+            setting = t311.loc[label, f"{column}_setting"]
+            assert t311.loc[label, column] == fmt_value(_setting(config, setting)), (column, label)
+    t312 = pd.read_csv(scratch_root / "paper_tables" / profile / "table_3_12.csv", keep_default_na=False).set_index("row")
+    for family in ("glue", "superglue", "squad"):
+        settings = config["finetune"][family]
+        assert t312.loc["Peak learning rate", family] == fmt_value(settings["lr"])
+        assert t312.loc["Maximum train epochs", family] == f"{settings['epochs']} epochs"
+    if profile == "paper":  # the paper profile is Table 3.11/3.12 itself
+        for label, printed in [("Maximum train steps", "1000000 steps"), ("Adam eps", "1e-8"), ("Adam beta2", "0.9999"),
+                               ("Sequence length", "512"), ("Warmup steps", "10000"), ("Weight decay", "0.01"),
+                               ("Learning rate schedule", "linear"), ("Dropout", "0.1")]:
+            assert t311.loc[label, "mlm"] == t311.loc[label, "reported"] == printed, label
+        assert t311.loc["Peak learning rate", "mlm"] == "1e-4"
+        assert t312.loc["Peak learning rate", "glue"] == "3e-5" and t312.loc["Peak learning rate", "superglue"] == "5e-5"
+        assert t312.loc["Evaluation steps", "glue"] == "2455 for MNLI, 655 for QNLI, 2275 for QQP, 48 for RTE, " \
+                                                       "421 for SST, 69 for MRPC, 162 for CoLA, 108 for STS"
+        assert t312.loc["Warmup steps", "glue"] == "first 6% steps"
+
+
+def test_fmt_value_writes_numbers_as_the_thesis():
+    assert [fmt_value(v) for v in (1e-8, 1.0e-4, 3.0e-5, 7.0e-4, 0.9999, 0.01, 0.0, 10000, "cosine_with_hard_restarts")] \
+        == ["1e-8", "1e-4", "3e-5", "7e-4", "0.9999", "0.01", "0", "10000", "cosine with hard restarts"]
