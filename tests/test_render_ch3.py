@@ -1,4 +1,4 @@
-"""Chapter 3's results and hyperparameter tables, rendered from a synthetic tidy table (ch3_synthetic).
+"""Chapter 3's efficiency and scaling tables (3.1-3.3, 3.14, 3.15) from a synthetic tidy table (ch3_synthetic).
 
 Values are chosen to be checked by hand: a scored task's primary metric is BASE[attention] + size bonus
 + 0.01 x seed + 0.001 x task index; perplexities are the thesis's own WIKITEXT-103 numbers, and the
