@@ -8,7 +8,6 @@ import random
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
