@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from leanlm import paths
-from leanlm.config import public
+from leanlm.config import pretrain_settings, public
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.bleu import corpus_bleu
@@ -231,11 +231,10 @@ class TranslationObjective(PretrainObjective):
 def train_translation(config: dict, run) -> dict:
     """Train the run's encoder-decoder from scratch; see the module docstring for what is written."""
     run_id, profile = run.run_id, config["profile"]
-    settings = config["pretrain"]["translation"]
+    settings = pretrain_settings(config, run)  # the size's overrides included (BIG: 300K steps)
     where = f"{config['_params_file']}: pretrain.translation"
-    for key in ("vocab_size",):
-        if key not in settings:
-            raise ConfigError(f"{where}.{key} is missing (the shared BPE vocabulary size; the thesis: 37000)")
+    if "vocab_size" not in settings:
+        raise ConfigError(f"{where}.vocab_size is missing (the shared BPE vocabulary size; the thesis: 37000)")
     if settings["seq_len"] > run.model["max_position"]:
         raise ConfigError(f"{where}.seq_len = {settings['seq_len']} exceeds models.{run.backbone}.max_position = "
                           f"{run.model['max_position']} (sinusoidal positions are tabulated up to max_position)")
