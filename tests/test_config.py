@@ -30,7 +30,23 @@ def test_shipped_profiles_are_valid(profile):
     config = load_config(ROOT / "params" / f"{profile}.yaml")
     assert config["profile"] == profile
     ids = [r.run_id for r in runs(config)]
-    assert ids == ["ch3_encoder-sha", "ch3_encoder-mha", "ch3_encoder-mhe_add", "ch3_encoder-mhe_mul"]
+    variants = ["sha", "mha", "el_att", "mqa", "skv", "mhe_add", "mhe_mul"]
+    assert ids[:9] == [f"ch3_encoder-{v}" for v in variants] + ["ch3_encoder-fnet", "ch3_encoder-linear"]
+    assert [i for i in ids if i.startswith("ch3_decoder-")] == [f"ch3_decoder-{v}" for v in variants]
+    assert [i for i in ids if i.startswith("ch3_encdec-")] == [f"ch3_encdec-{v}" for v in variants]
+    assert len(ids) == 9 + 7 + 7 + 2 + 2 + 12  # plus Table 3.14's large/medium and Table 3.15's sizes
+
+
+def test_sizes_and_pretrain_overrides():
+    from leanlm.config import pretrain_settings
+
+    config = load_config(ROOT / "params" / "paper.yaml")
+    big = get_run(config, "ch3_encdec_sizes-big_mhe_mul")
+    assert (big.size, big.model["d_model"], big.model["n_heads"], big.model["dropout"]) == ("transformer_big", 1024, 16, 0.3)
+    assert pretrain_settings(config, big)["steps"] == 300000
+    assert pretrain_settings(config, get_run(config, "ch3_encdec-mha"))["steps"] == 100000
+    large = get_run(config, "ch3_encoder_large-mha")
+    assert (large.model["backbone"], large.model["n_layers"], large.model["n_heads"]) == ("bert", 24, 16)
 
 
 def test_paper_profile_is_bert_base():
