@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from leanlm.errors import ConfigError, DataError
-from leanlm.hashing.ngrams import char_ngrams, ngram_counts
+from leanlm.hashing.ngrams import ngram_counts
 from leanlm.io import write_json
 
 TOP_NGRAMS = 50_000
@@ -63,9 +63,12 @@ class NgramVocabulary:
 
     def features(self, tokens: Sequence[str]) -> sp.csr_matrix:
         """float64 CSR ``[len(tokens), len(self)]`` of n-gram counts (unknown n-grams dropped)."""
-        per_token = [char_ngrams(token, self.n_max) for token in tokens]
-        lengths = np.fromiter(map(len, per_token), dtype=np.int64, count=len(per_token))
-        flat = [g for grams in per_token for g in grams]
+        n_max = self.n_max
+        # char_ngrams of every token, flattened in one comprehension (no per-token call); the
+        # number each token contributes is sum_n max(0, len - n + 1).
+        flat = [t[i:i + n] for t in tokens for n in range(1, n_max + 1) for i in range(len(t) - n + 1)]
+        chars = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        lengths = sum(np.clip(chars - n + 1, 0, None) for n in range(1, n_max + 1))
         cols = np.fromiter(map(self.index.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
         rows = np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
         known = cols >= 0

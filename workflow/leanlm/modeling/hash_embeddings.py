@@ -4,7 +4,8 @@
 ``config.embedding`` and reads the variant's settings from ``config.embedding_options``. Every
 variant is ``Module(config)`` with ``forward(input_ids: LongTensor[B, L], **features) -> [B, L, d]``
 and declares the batch features it needs in ``features``; the data path makes them with
-``HashCodebook.features(ids, names, options)`` (leanlm.hashing.codebook):
+``HashCodebook.features(ids, names, options)`` (leanlm.hashing.codebook; ``codebook_settings(config)``
+says which hash, bits and buckets that codebook must have, ``HashCodebook.for_model`` builds it):
 
 - ``hash_bits``: FloatTensor [B, L, T] in {0, 1}; ``hash_buckets``: LongTensor [B, L];
 - ``char_ngram_hashes``: LongTensor [B, L, n, max_chars] (EELBERT, see projection_embeddings).

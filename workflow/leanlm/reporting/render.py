@@ -100,17 +100,31 @@ def column_cells(texts: Sequence[str], values: Sequence, higher_is_better: bool,
 
 
 # ----------------------------------------------------------------------------- shared checks
+def _at_thesis_scale(backbone: str, model: dict) -> bool:
+    """Whether ``model`` has the sizes of the paper profile's model of that name (the thesis's own)."""
+    from leanlm.reporting.ch3_counts import paper_config  # late: it imports this module
+
+    try:
+        paper = paper_config()["models"].get(backbone)
+    except LeanLMError:
+        paper = None
+    if paper is None:  # no paper profile to compare with: BERT-base's heads are the reference
+        return all(model[k] == v for k, v in THESIS_SCALE.items())
+    keys = ("n_layers", "n_decoder_layers", "d_model", "n_heads", "head_dim")
+    return all(model.get(k, 0) == paper.get(k, 0) for k in keys)
+
+
 def scale_note(config: dict, backbone: str) -> str:
     """What scale a profile's numbers come from, for captions."""
     m = config["models"][backbone]
     hub = config["source"] == "hub"
     data = "the thesis's datasets (Hugging Face hub)" if hub else "packaged stand-in data"
+    layers = f"{m['n_layers']}+{m['n_decoder_layers']}" if m.get("n_decoder_layers") else str(m["n_layers"])
     text = (
-        f"{config['profile']} profile: {m['n_layers']} layers, d={m['d_model']} "
+        f"{config['profile']} profile: {layers} layers, d={m['d_model']} "
         f"({m['n_heads']} heads of {m['head_dim']}), {data}"
     )
-    at_thesis_scale = hub and all(m[k] == v for k, v in THESIS_SCALE.items())
-    return text if at_thesis_scale else text + "; not comparable in magnitude to the thesis"
+    return text if hub and _at_thesis_scale(backbone, m) else text + "; not comparable in magnitude to the thesis"
 
 
 def experiment_runs(config: dict, experiment: str, table: str) -> list[Run]:
