@@ -44,6 +44,7 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         result_tables(),
+        params_tables(),
         analytic_outputs(),
         pdf_target(),
     default_target: True

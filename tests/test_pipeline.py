@@ -190,13 +190,13 @@ def test_changed_model_reruns_only_its_jobs(built):
 
 def test_changed_template_reruns_only_that_rendering(built):
     root, _ = built
-    template = root / "workflow" / "templates" / "table_3_1.tex.j2"
+    template = root / "workflow" / "templates" / "table_3_4.tex.j2"
     original = template.read_text()
     template.write_text(original + "\n")
     jobs = planned_jobs(built)
-    expected = {"render_table": 1, "all": 1, **({"pdf": 1} if shutil.which("pdflatex") else {})}
+    expected = {"analytic_table": 1, "all": 1, **({"pdf": 1} if shutil.which("pdflatex") else {})}
     assert jobs == expected, jobs
-    assert planned_wildcards(built, "render_table") == ["profile=smoke, table=table_3_1"]
+    assert planned_wildcards(built, "analytic_table") == ["item=table_3_4, profile=smoke"]
     snakemake(built)
     assert planned_jobs(built) == {}
 

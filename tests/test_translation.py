@@ -245,6 +245,18 @@ def test_bpe_is_deterministic_and_decodes_losslessly():
     assert decode_ids(a, torch.tensor([[*ids[0], 3, 0, 0]])) == [GERMAN[0]]
 
 
+def test_encode_pairs_adds_eos_and_skips_long_pairs():
+    from leanlm.training.translation import encode_pairs, encode_texts, train_bpe
+
+    tokenizer = train_bpe(lambda: iter(GERMAN * 3), 100)
+    rows = [{"source": GERMAN[1], "target": GERMAN[0]}, {"source": " ".join([GERMAN[2]] * 20), "target": GERMAN[0]}]
+    pairs, skipped = encode_pairs(tokenizer, rows, max_tokens=30)
+    assert len(pairs) == 1 and skipped == 1
+    source, target = pairs[0]
+    assert source.tolist() == [*encode_texts(tokenizer, [GERMAN[1]])[0], 3]
+    assert target.tolist() == encode_texts(tokenizer, [GERMAN[0]])[0]
+
+
 def test_collate_and_batches():
     from leanlm.training.translation import TranslationBatches, collate_pairs
 

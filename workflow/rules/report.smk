@@ -84,7 +84,8 @@ rule params_table:
         "leanlm render {P} --table {wildcards.table}"
 
 
-rule params_tables:
+# Target for the hyperparameter tables alone: `snakemake hyperparameter_tables`.
+rule hyperparameter_tables:
     input:
         params_tables(),
 

@@ -74,16 +74,18 @@ def attention_sublayer(config: ModelConfig, causal: bool, cross: bool) -> Attent
 
 
 class FeedForward(nn.Module):
-    """W2 ReLU(W1 x): the paper's position-wise network (d_m -> d_ff -> d_m)."""
+    """W2 ReLU(W1 x): the paper's position-wise network (d_m -> d_ff -> d_m).
+
+    Dropout is where the paper puts it (on each sublayer's output, in the layer), not inside.
+    """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.intermediate = nn.Linear(config.d_model, config.d_ff)
         self.output = nn.Linear(config.d_ff, config.d_model)
-        self.dropout = nn.Dropout(config.dropout)  # on the hidden activations, as tensor2tensor/fairseq
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.output(self.dropout(F.relu(self.intermediate(x))))
+        return self.output(F.relu(self.intermediate(x)))
 
 
 class EncoderLayer(nn.Module):
