@@ -44,8 +44,19 @@ def _sentence(rng: random.Random) -> str:
     return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(TAILS)}."
 
 
+NOUNS = ["lamp", "engine", "ladder", "bicycle", "painting", "letter", "kettle", "statue", "compass", "violin"]
+
+
+def _coreferent(rng: random.Random) -> str:
+    # A repeated mention with another noun phrase before it ("the lamp ... the kettle ... the lamp was"),
+    # the pattern the WSC stand-in turns into "it".
+    first, other = rng.sample(NOUNS, 2)
+    return (f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} the {first} beside the {other} {rng.choice(TAILS)}, "
+            f"and the {first} was {rng.choice(VERBS)} {rng.choice(TAILS)}.")
+
+
 def _paragraph(rng: random.Random, n: int) -> str:
-    return " ".join(_sentence(rng) for _ in range(n))
+    return " ".join(_sentence(rng) for _ in range(n - 1)) + " " + _coreferent(rng)
 
 
 def _wiki_dump(rng: random.Random) -> bytes:
