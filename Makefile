@@ -22,8 +22,10 @@ reproduce: setup
 analytic: setup
 	$(VENV)/bin/snakemake --cores 1 analytic --configfile $(PARAMS)
 
+# One intra-op thread per test process: tiny tensors gain nothing from more, and on a busy 2-core
+# machine oversubscribed threads made the suite tens of times slower.
 test: setup
-	$(VENV)/bin/python -m pytest -q
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q
 
 clean:
 	rm -rf data/smoke models/smoke results/smoke paper_tables/smoke .snakemake

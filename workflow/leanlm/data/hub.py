@@ -122,37 +122,62 @@ def glue_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str,
 
     Returns (splits, provenance): where each split came from and how many hidden-label rows were dropped.
     """
-    hub = spec.hub
-    for split in (hub["train"], hub["validation"]):
+    require_splits(spec, dataset)
+    train_rows, hidden_train = map_glue_rows(spec, dataset[spec.hub["train"]])
+    validation, hidden_validation = map_glue_rows(spec, dataset[spec.hub["validation"]])
+    return heldout_splits(spec, [(row["idx"], row) for row in train_rows], validation, seed,
+                          hidden_train + hidden_validation, unit="idx", benchmark="GLUE")
+
+
+def require_splits(spec: TaskSpec, dataset: Mapping[str, Any]) -> None:
+    """DataError naming the dataset unless it has the train and validation splits ``spec.hub`` names."""
+    for split in (spec.hub["train"], spec.hub["validation"]):
         if split not in dataset:
-            raise DataError(f"{hub['dataset']}/{hub['config']} has no split {split!r}; splits: {', '.join(dataset)}")
-    train_rows, hidden_train = map_glue_rows(spec, dataset[hub["train"]])
-    validation, hidden_validation = map_glue_rows(spec, dataset[hub["validation"]])
+            raise DataError(f"{spec.hub['dataset']}/{spec.hub['config']} has no split {split!r}; "
+                            f"splits: {', '.join(dataset)}")
+
+
+def heldout_splits(spec: TaskSpec, train: list[tuple[Any, dict]], validation: list[dict], seed: int,
+                   hidden: int, unit: str, benchmark: str) -> tuple[dict, dict]:
+    """Benchmark rows -> (train, validation, test) splits and their provenance.
+
+    The benchmark's test labels are hidden, so its validation split is kept as ours and our test
+    split is a held-out slice of its train split: the rows whose ``unit`` (idx, or a paragraph for
+    MultiRC so no passage straddles two splits) hashes, with the seed and task, below HELDOUT_FRACTION.
+    """
+    hub_spec = spec.hub
     splits: dict[str, list[dict]] = {"train": [], "validation": validation, "test": []}
-    for row in train_rows:
-        held_out = unit_interval(seed, spec.name, "heldout", row["idx"]) < HELDOUT_FRACTION
+    for key, row in train:
+        held_out = unit_interval(seed, spec.name, "heldout", key) < HELDOUT_FRACTION
         splits["test" if held_out else "train"].append(row)
     provenance = {
-        "dataset": hub["dataset"],
-        "config": hub["config"],
-        "train": f"{hub['train']} minus the held-out {HELDOUT_FRACTION:.0%}",
-        "validation": hub["validation"],
-        "test": f"held-out {HELDOUT_FRACTION:.0%} of {hub['train']} (hash of seed, task, idx); GLUE test labels are hidden",
-        "hidden_labels_dropped": hidden_train + hidden_validation,
+        "dataset": hub_spec["dataset"],
+        "config": hub_spec["config"],
+        "train": f"{hub_spec['train']} minus the held-out {HELDOUT_FRACTION:.0%}",
+        "validation": hub_spec["validation"],
+        "test": (f"held-out {HELDOUT_FRACTION:.0%} of {hub_spec['train']} (hash of seed, task, {unit}); "
+                 f"{benchmark} test labels are hidden"),
+        "hidden_labels_dropped": hidden,
     }
     return splits, provenance
 
 
-def load_glue(spec: TaskSpec, profile: str):
-    """Download (or reuse the ``datasets`` cache of) one GLUE task: a ``DatasetDict`` in the hub schema."""
-    what = f"{spec.hub['dataset']}/{spec.hub['config']}"
+def load_hub_dataset(spec: TaskSpec, profile: str):
+    """Download (or reuse the ``datasets`` cache of) the dataset/config named in ``spec.hub``: a
+    ``DatasetDict`` in the hub's schema. Fails at once, naming the dataset, when the hub is unreachable."""
+    what = f"{spec.hub['dataset']}/{spec.hub.get('config')}"
     ensure_hub_reachable(what, profile)
     import datasets
 
     try:
-        return datasets.load_dataset(spec.hub["dataset"], spec.hub["config"])
+        return datasets.load_dataset(spec.hub["dataset"], spec.hub.get("config"))
     except Exception as exc:  # datasets raises many types (HTTP, FileNotFound, DatasetNotFound)
         raise DataError(f"could not load {what} from the Hugging Face hub: {exc}") from exc
+
+
+def load_glue(spec: TaskSpec, profile: str):
+    """One GLUE task from the hub (see :func:`load_hub_dataset`)."""
+    return load_hub_dataset(spec, profile)
 
 
 # --- pretraining corpus -------------------------------------------------------------------------

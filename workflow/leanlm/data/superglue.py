@@ -18,8 +18,6 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping
 
 from leanlm.data import hub
-from leanlm.data.hub import HELDOUT_FRACTION
-from leanlm.data.splitting import unit_interval
 from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
 from leanlm.errors import DataError
@@ -126,38 +124,18 @@ def superglue_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping
                           seed: int) -> tuple[dict, dict]:
     """train/validation/test rows of one SuperGLUE task from a hub ``DatasetDict`` (or a dict of
     row lists), and their provenance."""
-    hub = spec.hub
-    for split in (hub["train"], hub["validation"]):
-        if split not in dataset:
-            raise DataError(f"{hub['dataset']}/{hub['config']} has no split {split!r}; splits: {', '.join(dataset)}")
-    train_rows, hidden_train = map_superglue_rows(spec, dataset[hub["train"]])
-    validation, hidden_validation = map_superglue_rows(spec, dataset[hub["validation"]])
-    splits: dict[str, list[dict]] = {"train": [], "validation": [row for _, row in validation], "test": []}
-    for unit, row in train_rows:
-        held_out = unit_interval(seed, spec.name, "heldout", unit) < HELDOUT_FRACTION
-        splits["test" if held_out else "train"].append(row)
-    provenance = {
-        "dataset": hub["dataset"],
-        "config": hub["config"],
-        "train": f"{hub['train']} minus the held-out {HELDOUT_FRACTION:.0%}",
-        "validation": hub["validation"],
-        "test": (f"held-out {HELDOUT_FRACTION:.0%} of {hub['train']} (hash of seed, task, "
-                 f"{'paragraph' if spec.name == 'multirc' else 'idx'}); SuperGLUE test labels are hidden"),
-        "hidden_labels_dropped": hidden_train + hidden_validation,
-    }
-    return splits, provenance
+    hub.require_splits(spec, dataset)
+    train_rows, hidden_train = map_superglue_rows(spec, dataset[spec.hub["train"]])
+    validation, hidden_validation = map_superglue_rows(spec, dataset[spec.hub["validation"]])
+    unit = "paragraph" if spec.name == "multirc" else "idx"
+    return hub.heldout_splits(spec, train_rows, [row for _, row in validation], seed,
+                              hidden_train + hidden_validation, unit=unit, benchmark="SuperGLUE")
 
 
 def load_superglue(spec: TaskSpec, profile: str):
-    """Download (or reuse the ``datasets`` cache of) one SuperGLUE task, in the hub's schema."""
-    what = f"{spec.hub['dataset']}/{spec.hub['config']}"
-    hub.ensure_hub_reachable(what, profile)  # through the module, so a test's patch never sticks
-    import datasets
-
-    try:
-        return datasets.load_dataset(spec.hub["dataset"], spec.hub["config"])
-    except Exception as exc:  # datasets raises many types (HTTP, FileNotFound, DatasetNotFound)
-        raise DataError(f"could not load {what} from the Hugging Face hub: {exc}") from exc
+    """One SuperGLUE task from the hub, in the hub's schema (through the module, so a test's patch
+    of ``hub.ensure_hub_reachable`` never sticks)."""
+    return hub.load_hub_dataset(spec, profile)
 
 
 @HUB_TASK_LOADERS.register("superglue")

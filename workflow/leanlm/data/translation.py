@@ -210,15 +210,8 @@ def translation_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[st
 
 
 def load_wmt14(spec: TaskSpec, profile: str):
-    """Download (or reuse the ``datasets`` cache of) WMT-14: a ``DatasetDict`` in the hub schema."""
-    what = f"{spec.hub['dataset']}/{spec.hub.get('config')}"
-    hub.ensure_hub_reachable(what, profile)  # through the module, so a test's patch never sticks
-    import datasets
-
-    try:
-        return datasets.load_dataset(spec.hub["dataset"], spec.hub.get("config"))
-    except Exception as exc:  # datasets raises many types (HTTP, FileNotFound, DatasetNotFound)
-        raise DataError(f"could not load {what} from the Hugging Face hub: {exc}") from exc
+    """WMT-14 from the hub: a ``DatasetDict`` in the hub schema (see ``hub.load_hub_dataset``)."""
+    return hub.load_hub_dataset(spec, profile)
 
 
 @HUB_TASK_LOADERS.register("translation")
