@@ -50,6 +50,8 @@ def score(run, family: str, task: str, index: int, seed: int) -> float:
 def tidy_frame(config: dict, skip=lambda run, family, task, seed: False, value=score) -> pd.DataFrame:
     rows = []
     for run in runs(config):
+        if not run.experiment.startswith("ch3_"):  # other chapters' runs have their own synthetic data
+            continue
         m = run.model
         for family in run.finetune:
             tasks = config["finetune"][family]["tasks"]
