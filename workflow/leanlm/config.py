@@ -26,8 +26,13 @@ from leanlm.errors import ConfigError
 
 # Run fields that override the profile's backbone size (e.g. an SHA run with one head).
 MODEL_OVERRIDES = ("n_layers", "n_heads", "head_dim", "d_model")
-# Run fields that are not model settings.
-RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers")
+# Run fields that are not model settings (ch. 2's runs override the experiment's objective and
+# tokenizer, pick a profile pretrain variant, or need the hub: see `runs` and `absent_runs`).
+RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers", "objective", "tokenizer",
+                   "pretrain_variant", "requires_hub", "hub_checkpoint")
+# Objectives with no pretrain.<objective> block: `none` writes an initialised model (ProFormer is
+# trained from scratch on each task), `hub` saves a pretrained hub checkpoint (CANINE-C).
+BLOCKLESS_OBJECTIVES = ("none", "hub")
 # The attention a run gets when it names none: the thesis's standard softmax attention.
 DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen": "standard"}
 
@@ -46,6 +51,9 @@ class Run:
     tokenizer: str = "profile"
     evaluate_from: str = ""           # ch. 4 skip: evaluate this run's trained model instead
     skip_simple_layers: bool = False
+    pretrain_variant: str = ""        # profile pretrain_variants.<name> laid over pretrain.<objective>
+    finetune_variants: dict = field(default_factory=dict, hash=False)  # family -> finetune_variants.<name>
+    hub_checkpoint: str = ""          # objective hub: the checkpoint it loads (e.g. google/canine-c)
 
     @property
     def run_id(self) -> str:
@@ -139,7 +147,29 @@ def load_config(params_file: str | Path | None = None) -> dict:
             )
         config["_matrix"][name] = matrix[name]
     _check_combinations(config, path)
+    config["absent_runs"] = absent_runs(config)
     return config
+
+
+def _run_fields(experiment: dict, run_fields: dict) -> dict:
+    return {**experiment.get("defaults", {}), **run_fields}
+
+
+def absent_runs(config: dict) -> dict[str, str]:
+    """``{run_id: reason}`` of the matrix runs this profile cannot run, which :func:`runs` drops.
+
+    A run with ``requires_hub: "<what it needs>"`` (CANINE-C: the hub checkpoint google/canine-c)
+    runs only in profiles with ``source: hub``; elsewhere it is absent, and reporting prints the
+    reason in place of its row instead of failing or pretending.
+    """
+    out = {}
+    for experiment_name, experiment in config["_matrix"].items():
+        for run_name, run_fields in experiment["runs"].items():
+            need = _run_fields(experiment, run_fields).get("requires_hub")
+            if need and config["source"] != "hub":
+                out[f"{experiment_name}-{run_name}"] = (
+                    f"{need}; profile {config['profile']} is offline (source: {config['source']})")
+    return out
 
 
 def _check_combinations(config: dict, path: Path) -> None:
@@ -165,10 +195,27 @@ def _check_combinations(config: dict, path: Path) -> None:
             if config["models"][size].get("backbone", size) != experiment["backbone"]:
                 raise ConfigError(f"{path}: models.{size} is not a {experiment['backbone']} backbone "
                                   f"(experiment {name!r})")
-        if experiment["objective"] not in config["pretrain"]:
-            raise ConfigError(
-                f"{path}: experiment {name!r} pretrains with {experiment['objective']!r}; add pretrain.{experiment['objective']}"
-            )
+        for run_name, run_fields in experiment["runs"].items():
+            fields = _run_fields(experiment, run_fields)
+            objective = fields.get("objective", experiment["objective"])
+            if objective in BLOCKLESS_OBJECTIVES:
+                continue
+            if objective not in config["pretrain"]:
+                raise ConfigError(
+                    f"{path}: experiment {name!r} (run {run_name!r}) pretrains with {objective!r}; "
+                    f"add pretrain.{objective}"
+                )
+            variant = fields.get("pretrain_variant")
+            if variant and variant not in config.get("pretrain_variants", {}):
+                raise ConfigError(f"{path}: experiment {name!r} (run {run_name!r}) uses pretrain variant "
+                                  f"{variant!r}; add pretrain_variants.{variant}")
+        for family, variant in experiment.get("finetune_variants", {}).items():
+            if family not in experiment["finetune"]:
+                raise ConfigError(f"{where}: finetune_variants names family {family!r}, which the "
+                                  f"experiment does not fine-tune on ({', '.join(experiment['finetune'])})")
+            if variant not in config.get("finetune_variants", {}):
+                raise ConfigError(f"{path}: experiment {name!r} fine-tunes {family} with variant "
+                                  f"{variant!r}; add finetune_variants.{variant}")
         for family in experiment["finetune"]:
             if family not in config["finetune"]:
                 raise ConfigError(f"{path}: experiment {name!r} fine-tunes on {family!r}; add finetune.{family}")
@@ -184,12 +231,17 @@ def _check_combinations(config: dict, path: Path) -> None:
                     f"{e}-{r}" for e, x in config["_matrix"].items() for r in x["runs"]}:
                 raise ConfigError(f"{where}: run {run_name!r} evaluates {target!r}, which is no run of this "
                                   f"experiment or profile")
+    _check_variants(config, path)
     for run in runs(config):
         m = run.model
         try:
             from leanlm.modeling.config import ModelConfig
 
-            ModelConfig.from_dict({**m, "vocab_size": 1000}, where=f"run {run.run_id}")
+            model_config = ModelConfig.from_dict({**m, "vocab_size": 1000}, where=f"run {run.run_id}")
+            if run.objective != "hub":  # a hub checkpoint brings its own input format
+                from leanlm.training.hash_inputs import check_run_tokenizer
+
+                check_run_tokenizer(run, model_config)  # hash embeddings <-> hash tokenizers
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         if m["n_heads"] * m["head_dim"] != m["d_model"]:
@@ -197,6 +249,7 @@ def _check_combinations(config: dict, path: Path) -> None:
                 f"{path}: run {run.run_id} has n_heads x head_dim = {m['n_heads']} x {m['head_dim']} != "
                 f"d_model = {m['d_model']} (the thesis sets d_m = n d_h, Table 3.4)"
             )
+    _check_evaluated_runs(config, path)
     for family, settings in config["finetune"].items():
         from leanlm.data.tasks import get_task
 
@@ -213,18 +266,77 @@ def _check_combinations(config: dict, path: Path) -> None:
                 raise ConfigError(f"{path}: key finetune.{family}.eval_every names tasks not in the family: {unknown}")
 
 
+def _check_evaluated_runs(config: dict, path: Path) -> None:
+    """Ch. 4's evaluation-only runs: an ``evaluate_from`` run describes the model it evaluates (its
+    results are labelled by its own model fields, so they must be the target's), and
+    ``skip_simple_layers`` needs a model with both simple and standard layers (a hybrid)."""
+    from leanlm.modeling.layouts import SIMPLE, layer_kinds
+
+    by_id = {run.run_id: run for run in runs(config)}
+    for run in by_id.values():
+        if run.evaluate_from:
+            target = by_id.get(run.evaluate_from)
+            if target is None or target.evaluate_from:
+                raise ConfigError(f"{path}: run {run.run_id} evaluates {run.evaluate_from!r}, which is no trained run "
+                                  f"of this profile")
+            differ = sorted(k for k in set(run.model) | set(target.model) if run.model.get(k) != target.model.get(k))
+            if differ:
+                raise ConfigError(f"{path}: run {run.run_id} evaluates {target.run_id}'s model but describes another: "
+                                  + ", ".join(f"{k} = {run.model.get(k)!r} vs {target.model.get(k)!r}" for k in differ)
+                                  + "; give it the same size, attention and layout")
+        if run.skip_simple_layers:
+            kinds = layer_kinds(run.model.get("layout", "uniform"), run.model["n_layers"]) \
+                if run.backbone == "qwen" else []
+            if not 0 < kinds.count(SIMPLE) < len(kinds):
+                raise ConfigError(f"{path}: run {run.run_id} has skip_simple_layers but its model (backbone "
+                                  f"{run.backbone}, layout {run.model.get('layout', 'uniform')!r}) is no hybrid of "
+                                  f"simple and standard layers (ch. 4's Qwen decoder with e.g. layout: even)")
+
+
+def _check_variants(config: dict, path: Path) -> None:
+    """Validate every block a run trains with after its variant is laid over it, against the same
+    schema definition as the profile's own blocks (so a variant cannot set what a block cannot)."""
+    defs = _schema("params.schema.json")["$defs"]
+    for name in config.get("finetune_variants", {}):
+        variant = config["finetune_variants"][name]
+        if "tasks" in variant:
+            raise ConfigError(f"{path}: key finetune_variants.{name}.tasks is not allowed: a variant keeps "
+                              f"its family's tasks (the data stage prepares those)")
+        seeds = variant.get("seeds", [0])
+        if not (isinstance(seeds, list) and seeds and all(isinstance(x, int) and x >= 0 for x in seeds)):
+            raise ConfigError(f"{path}: key finetune_variants.{name}.seeds = {seeds!r} must be a non-empty "
+                              f"list of non-negative integers")
+    for run in runs(config):
+        blocks = []
+        if run.pretrain_variant:
+            blocks.append((pretrain_settings(config, run), "pretrain", f"pretrain_variants.{run.pretrain_variant}"))
+        for family, variant in run.finetune_variants.items():
+            merged = {k: v for k, v in finetune_settings(config, run, family).items() if k != "seeds"}
+            blocks.append((merged, "finetune", f"finetune_variants.{variant}"))
+        for block, kind, where in blocks:
+            errors = list(jsonschema.Draft202012Validator({"$defs": defs, "$ref": f"#/$defs/{kind}"}).iter_errors(block))
+            if errors:
+                raise ConfigError(f"{path}: {where} (run {run.run_id}): {_describe(jsonschema.exceptions.best_match(errors))}")
+
+
 def runs(config: dict) -> list[Run]:
-    """The pretrained models a profile runs, in matrix order."""
+    """The pretrained models a profile runs, in matrix order (without its :func:`absent_runs`)."""
     out = []
+    absent = config.get("absent_runs")
+    if absent is None:
+        absent = absent_runs(config)
     for experiment_name, experiment in config["_matrix"].items():
         backbone = experiment["backbone"]
         for run_name, run_fields in experiment["runs"].items():
-            fields = {**experiment.get("defaults", {}), **run_fields}
+            if f"{experiment_name}-{run_name}" in absent:
+                continue
+            fields = _run_fields(experiment, run_fields)
             size_name = fields.get("size", experiment.get("size", backbone))
             size = {k: v for k, v in config["models"][size_name].items()
                     if k not in ("backbone", "pretrain_overrides")}
             model = {"backbone": backbone, "attention": DEFAULT_ATTENTION[backbone], **size,
                      **{k: v for k, v in fields.items() if k not in RUN_ONLY_FIELDS}}
+            _scale_embedding_size(model, config.get("embedding_sizes", {}))
             target = fields.get("evaluate_from", "")
             if target and "-" not in target:
                 target = f"{experiment_name}-{target}"
@@ -233,22 +345,53 @@ def runs(config: dict) -> list[Run]:
                     experiment=experiment_name,
                     name=run_name,
                     backbone=backbone,
-                    objective=experiment["objective"],
+                    objective=fields.get("objective", experiment["objective"]),
                     finetune=tuple(experiment["finetune"]),
                     model=model,
                     size=size_name,
-                    tokenizer=experiment.get("tokenizer", "profile"),
+                    tokenizer=fields.get("tokenizer", experiment.get("tokenizer", "profile")),
                     evaluate_from=target,
                     skip_simple_layers=bool(fields.get("skip_simple_layers", False)),
+                    pretrain_variant=fields.get("pretrain_variant", ""),
+                    finetune_variants=dict(experiment.get("finetune_variants", {})),
+                    hub_checkpoint=fields.get("hub_checkpoint", ""),
                 )
             )
     return out
 
 
+def _scale_embedding_size(model: dict, sizes: dict) -> None:
+    """Replace a named HashFormer-Emb size (``buckets: 50K``) by the profile's ``embedding_sizes``
+    value, if it has one: "Emb (50K)" means a table as large as BERT's vocabulary (Table 2.2), which
+    at a small profile's scale is that profile's vocabulary."""
+    options = model.get("embedding_options")
+    if isinstance(options, dict) and isinstance(options.get("buckets"), str) and options["buckets"] in sizes:
+        model["embedding_options"] = {**options, "buckets": sizes[options["buckets"]]}
+
+
 def pretrain_settings(config: dict, run: Run) -> dict:
-    """The profile's pretrain.<objective> block with the run's size overrides (BIG: 300K steps)."""
+    """The profile's pretrain.<objective> block, with the run's pretrain variant laid over it (ch. 2's
+    BERT-MLM: Table 2.4's steps, not Table 3.11's) and then its size overrides (BIG: 300K steps).
+    Objectives without a block (``none``, ``hub``) have no settings: ``{}``."""
+    if run.objective in BLOCKLESS_OBJECTIVES:
+        return {}
+    variant = config.get("pretrain_variants", {}).get(run.pretrain_variant, {}) if run.pretrain_variant else {}
     overrides = config["models"][run.size].get("pretrain_overrides", {})
-    return {**config["pretrain"][run.objective], **overrides}
+    return {**config["pretrain"][run.objective], **variant, **overrides}
+
+
+def finetune_settings(config: dict, run: Run, family: str) -> dict:
+    """The profile's finetune.<family> block with the variant the run's experiment picks for that
+    family laid over it (``finetune_variants: {glue: glue_ch2}`` -> Table 2.5's 5 epochs and 3
+    seeds instead of Table 3.12's). A variant may set ``seeds``, which replace the profile's
+    ``seeds`` for these jobs; it cannot change the family's tasks (the data stage prepares those)."""
+    variant = run.finetune_variants.get(family)
+    return {**config["finetune"][family], **(config.get("finetune_variants", {})[variant] if variant else {})}
+
+
+def finetune_seeds(config: dict, run: Run, family: str) -> list[int]:
+    """Fine-tuning seeds of (run, family): the variant's ``seeds`` if it sets them, else the profile's."""
+    return list(finetune_settings(config, run, family).get("seeds", config["seeds"]))
 
 
 def get_run(config: dict, run_id: str) -> Run:

@@ -1,4 +1,7 @@
 # One job per (pretrained model, task family); the seeds run inside the job.
+# finetune_settings: the family's block with the experiment's variant laid over it (ch. 2: glue_ch2).
+
+from leanlm.config import finetune_seeds, finetune_settings
 
 
 rule finetune:
@@ -8,8 +11,8 @@ rule finetune:
     output:
         "results/{profile}/runs/{run_id}/{family}.json",
     params:
-        finetune=lambda w: CFG["finetune"][w.family],
-        seeds=CFG["seeds"],
+        finetune=lambda w: finetune_settings(CFG, RUNS[w.run_id], w.family),
+        seeds=lambda w: finetune_seeds(CFG, RUNS[w.run_id], w.family),
         data=DATA_PARAMS,
         run=lambda w: {"evaluate_from": RUNS[w.run_id].evaluate_from, "skip": RUNS[w.run_id].skip_simple_layers},
         code=code_version("modeling", "training", "evaluation", "data/tasks", "hashing"),

@@ -13,6 +13,8 @@ rule pretrain:
     params:
         model=lambda w: RUNS[w.run_id].model,
         pretrain=lambda w: pretrain_settings(CFG, RUNS[w.run_id]),
+        # ch. 2 runs choose their objective, tokenizer (words, pieces, hash codebook) and hub checkpoint.
+        inputs=lambda w: {k: getattr(RUNS[w.run_id], k) for k in ("objective", "tokenizer", "hub_checkpoint")},
         data=DATA_PARAMS,
         code=code_version("modeling", "training", "data/tokenizer", "hashing"),
     threads: 1

@@ -49,7 +49,7 @@ rule render_table:
         tex="paper_tables/{profile}/{table}.tex",
         csv="paper_tables/{profile}/{table}.csv",
     wildcard_constraints:
-        table=names_of("results"),
+        table=names_of("results", "tex", "csv"),
     params:
         experiments=lambda w: {
             e: CFG["_matrix"][e]
@@ -60,6 +60,31 @@ rule render_table:
         tasks=lambda w: {f: s["tasks"] for f, s in CFG["finetune"].items()},
         scale=CFG["models"],
         code=code_version("reporting"),
+    shell:
+        "leanlm render {P} --table {wildcards.table}"
+
+
+# Figures drawn from runs (ch. 4: indicators, logits, layouts, sizes, loss curves). Their per-run
+# inputs (analysis.json: family `analysis`; pretrain.json: written with the model) come with all_runs.csv.
+rule render_figure:
+    input:
+        results=f"results/{PROFILE}/all_runs.csv",
+        reported=lambda w: reported_of(w.table),
+    output:
+        pdf="paper_tables/{profile}/{table}.pdf",
+        png="paper_tables/{profile}/{table}.png",
+        csv="paper_tables/{profile}/{table}.csv",
+    wildcard_constraints:
+        table=names_of("results", "pdf", "png", "csv"),
+    params:
+        experiments=lambda w: {
+            e: CFG["_matrix"][e]
+            for e in TABLES[w.table]["experiments"] + TABLES[w.table].get("optional", [])
+            if e in CFG["_matrix"]
+        },
+        tasks=lambda w: {f: s["tasks"] for f, s in CFG["finetune"].items()},
+        scale=CFG["models"],
+        code=code_version("reporting", "evaluation/indicators"),
     shell:
         "leanlm render {P} --table {wildcards.table}"
 
@@ -77,6 +102,8 @@ rule params_table:
     params:
         pretrain=CFG["pretrain"],
         finetune=CFG["finetune"],
+        # Tables 2.4/2.5 (and 4.9) show blocks with the profile's variants laid over them.
+        variants={k: CFG.get(k, {}) for k in ("pretrain_variants", "finetune_variants")},
         scale=CFG["models"],
         source=CFG["source"],
         code=code_version("reporting"),

@@ -10,6 +10,7 @@ half-written or stale mix of files behind.
 - corpus    -> corpus/{train,validation,test}.jsonl + STATS.json
 - tokenizer -> tokenizer/tokenizer.json + META.json
 - tasks     -> tasks/<task>/{train,validation,test}.jsonl + META.json for every finetune.*.tasks entry
+             (ch. 4's lm-eval families: tasks/lm_eval/, leanlm.data.lm_eval_stage)
 """
 
 from __future__ import annotations
@@ -156,10 +157,13 @@ def stage_tasks(config: dict, out: Path) -> None:
         sources = StandInSources(data / "raw")
         fractions = [1 - glue_standins.VALIDATION_FRACTION - glue_standins.TEST_FRACTION,
                      glue_standins.VALIDATION_FRACTION, glue_standins.TEST_FRACTION]
+    from leanlm.data.lm_eval_stage import LM_EVAL_FAMILIES, build_lm_eval_dir
     from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
 
     import_task_modules()
-    for spec in specs:
+    # Ch. 4's lm-eval families have no task sets: lm-eval reads their tasks (local stand-ins written here).
+    build_lm_eval_dir(config, out)
+    for spec in (s for s in specs if s.family not in LM_EVAL_FAMILIES):
         started = time.perf_counter()
         rng = task_rng(seed, spec.name)
         if config["source"] == "packaged":

@@ -103,7 +103,8 @@ def compute_all(names: Iterable[str], predictions: Sequence, references: Sequenc
 
 # Metrics of other task shapes live beside their task code and register into METRICS on import.
 METRIC_MODULES = ("leanlm.evaluation.squad", "leanlm.evaluation.superglue_metrics",
-                  "leanlm.evaluation.bleu", "leanlm.evaluation.perplexity")
+                  "leanlm.evaluation.bleu", "leanlm.evaluation.perplexity",
+                  "leanlm.evaluation.lm_eval_metrics")
 # Metrics where lower is better (PRR/PEoP use the inverse formulas, tables bold the minimum).
 LOWER_IS_BETTER = {"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"}
 

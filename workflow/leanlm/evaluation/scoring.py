@@ -115,7 +115,9 @@ def score_windows(
         logits = output_logits(output).float()
         targets = targets.to(device)
         # cross_entropy = -log_softmax at the target, 0 where ignored; no (B, L, V) log-prob tensor kept.
-        nll = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=IGNORE, reduction="none")
+        # Flattened (B*L, V) rows: the (B, V, L) transpose is a strided view, about 3x slower on CPU.
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE,
+                              reduction="none").view(targets.shape)
         logprob = (-nll).sum(dim=1).tolist()
         greedy = ((logits.argmax(dim=-1) == targets) | (targets == IGNORE)).all(dim=1).tolist()
         for row, index in enumerate(chunk):

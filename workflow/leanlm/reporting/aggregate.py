@@ -134,6 +134,10 @@ def main(profile: str) -> Path:
     with atomic_path(out, suffix=".csv") as tmp:
         df.to_csv(tmp, index=False)
     log.info("aggregated %d rows from %d runs into %s", len(df), df["run_id"].nunique(), out)
+    # Ch. 4's Rnd. Guess / Majority rows, which the lm_eval runs record: results/<profile>/baselines/.
+    from leanlm.evaluation.lm_eval_baselines import collect_baselines
+
+    collect_baselines(profile)
     return out
 
 

@@ -232,3 +232,5 @@ def main(profile: str, name: str | None = None) -> list[Path]:
 
 # Chapter modules register their items in ANALYTIC (they import this module's helpers).
 from leanlm.reporting import analytic_ch3  # noqa: E402,F401
+from leanlm.reporting import analytic_ch2  # noqa: E402,F401  (ch. 2: Table 2.2 counts at BERT-base)
+from leanlm.reporting import analytic_ch4  # noqa: E402,F401  (ch. 4: Tables 4.5-4.8, 4.10)

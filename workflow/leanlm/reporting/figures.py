@@ -37,6 +37,43 @@ FIGURE_CAPTIONS: dict[str, str] = {
         "24 and 48 with 32 and 64 attention heads respectively (thesis Figure 3.4). The dimension of attention "
         "heads is fixed to 64; Q, K and V projections of all layers, counted from instantiated modules."
     ),
+    # Chapter 4 (drawn by leanlm.reporting.figures_ch4 and figures_ch4_runs from real runs).
+    "figure_4_1": (
+        "Layer-wise attention indicators for Approx., Non-apx., RndEmbQK, FixedSeqQK and StaticEmbQK in uniform "
+        "(top) and hybrid (bottom) configurations, and Standard (thesis Figure 4.1), at up to four layers spread "
+        "over the depth (H: ENTROPY, C: CONC, HD: HEADDIV, LF: LOCFOC_N, S: SINK; H, C, HD min-max normalised "
+        "over the figure, LF doubled)."
+    ),
+    "figure_4_2": (
+        "Distribution of pre-softmax activations for RndEmbQK (left) and Non-approximate (right) in the uniform and "
+        "hybrid configurations (thesis Figure 4.2), at the hybrid's simple layers: magnitudes |logit| from 5% to 95% "
+        "(thick) and up to the largest (thin), median (tick); log axis. See Figure 4.6 for all layers."
+    ),
+    "figure_4_3": (
+        "Performance of RndEmbQK and Non-approximate across nine hybrid configurations (thesis Figure 4.3; layouts "
+        "of Table 4.11). The vertical dotted lines represent the Standard baseline."
+    ),
+    "figure_4_4": (
+        "Predictive performance of the models of each size (small, medium and large dots for increasing size) with "
+        "different attention mechanisms and configurations on WikiText, ARC-E and SciQ (thesis Figure 4.4); "
+        "dotted lines: Standard of the same size."
+    ),
+    "figure_4_5": "Training loss across all model variants with the profile's model sizes (thesis Figure 4.5).",
+    "figure_4_6": (
+        "Distribution of raw logits in the pre-softmax activations for RndEmbQK (left) and Non-approximate (right) "
+        "in both uniform and hybrid configurations, every layer (thesis Figure 4.6): share of logits per bin, "
+        "log scale."
+    ),
+    "figure_4_7": (
+        "Attention matrix characteristics across all layers for Approximate, Non-approximate, RndEmbQK, "
+        "FixedSeqQK and StaticEmbQK and their hybrid variants, compared to Standard (thesis Figure 4.7; "
+        "H: ENTROPY, C: CONC, HD: HEADDIV, LF: LOCFOC_N, S: SINK)."
+    ),
+    "figure_4_8": (
+        "Attention matrix characteristics across all layers for Non-approximate and RndEmbQK and their hybrid "
+        "variants, compared to Standard (thesis Figure 4.8; H: ENTROPY, C: CONC, HD: HEADDIV, LF: LOCFOC_N, "
+        "S: SINK)."
+    ),
 }
 
 STYLE = {
@@ -49,6 +86,13 @@ STYLE = {
     "legend.frameon": False,
     "savefig.bbox": "tight",
 }
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> Path:
+    """A figure's plotted data as CSV, written atomically."""
+    with atomic_path(path, suffix=".csv") as tmp:
+        frame.to_csv(tmp, index=False)
+    return path
 
 
 def save_figure(fig: plt.Figure, base: Path) -> list[Path]:

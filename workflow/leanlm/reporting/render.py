@@ -45,6 +45,8 @@ class Table:
 
 
 TableFn = Callable[[str, dict, pd.DataFrame], Table]
+# Also chapter 4's figures drawn from runs (tables.yaml kind results, outputs pdf/png/csv): they write
+# their own files and return the paths instead of a Table.
 TABLES: Registry[TableFn] = Registry("table")
 # Tables rendered from the params file alone (tables.yaml kind: params).
 PARAMS_TABLES: Registry[Callable[[str, dict], Table]] = Registry("params table")
@@ -195,8 +197,9 @@ def render_table(profile: str, name: str, config: dict) -> list[Path]:
         raise LeanLMError(f"render_table: config is profile {config['profile']!r}, asked for {profile!r}")
     if name in PARAMS_TABLES:
         return write_table(profile, name, PARAMS_TABLES.get(name)(profile, config))
-    build = TABLES.get(name)
-    return write_table(profile, name, build(profile, config, load(profile)))
+    built = TABLES.get(name)(profile, config, load(profile))
+    # A results *figure* (ch. 4) draws and writes its own files and returns their paths.
+    return write_table(profile, name, built) if isinstance(built, Table) else list(built)
 
 
 def main(profile: str, name: str) -> list[Path]:
@@ -209,3 +212,6 @@ def main(profile: str, name: str) -> list[Path]:
 
 # The chapters' tables register themselves in TABLES / PARAMS_TABLES (they import the helpers above).
 from leanlm.reporting import params_tables, render_ch3, render_ch3_scaling, render_ch3_tasks  # noqa: E402,F401
+from leanlm.reporting import render_ch2  # noqa: E402,F401  (ch. 2: Tables 2.1-2.6, the side-by-side table)
+from leanlm.reporting import params_tables_ch4, render_ch4  # noqa: E402,F401  (ch. 4: Tables 4.1-4.4, 4.9, 4.11)
+from leanlm.reporting import figures_ch4, figures_ch4_runs  # noqa: E402,F401  (ch. 4: Figures 4.1-4.8)

@@ -17,20 +17,21 @@ import time
 import torch
 
 from leanlm import paths
-from leanlm.config import get_run
+from leanlm.config import finetune_seeds, finetune_settings, get_run
 from leanlm.data.tasks import get_task
-from leanlm.data.tokenizer import load_tokenizer
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.superglue_metrics import attach_groups
 from leanlm.io import read_jsonl, write_json
-from leanlm.modeling.checkpoint import load_model
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.provenance import hardware
 from leanlm.registry import Registry
 from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
+from leanlm.training.hub_checkpoint import load_finetune_model, load_pretrained_model
 from leanlm.training.seeding import seed_everything
 from leanlm.training.schedules import warmup_steps_from_ratio
+from leanlm.training.step_timing import InferenceClock, inference_timing
 from leanlm.training.text_batches import collate, encode_examples, example_indices, micro_batches_per_step
 
 log = logging.getLogger(__name__)
@@ -49,29 +50,42 @@ def _load_split(profile: str, task: str, split: str) -> list[dict]:
 class TaskBatches:
     """``batch_at(step, micro)`` over encoded task examples, reshuffled every epoch by the seed."""
 
-    def __init__(self, encoded, labels, batch_size: int, grad_accum: int, seed: int, pad_id: int, regression: bool):
+    def __init__(self, encoded, labels, batch_size: int, grad_accum: int, seed: int, pad_id: int, regression: bool,
+                 features=None):
         self.encoded, self.batch_size = encoded, batch_size
         self.per_step = micro_batches_per_step(grad_accum)
         self.seed, self.pad_id = seed, pad_id
         self.labels = torch.tensor(labels, dtype=torch.float if regression else torch.long)
+        self.features = features  # ids -> hash features, for hash-embedding models (hash_inputs)
 
     def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
         start = (step * self.per_step + micro) * self.batch_size
         idx = example_indices(len(self.encoded), self.seed, start, self.batch_size).tolist()
         batch = collate([self.encoded[i] for i in idx], self.pad_id)
+        if self.features is not None:
+            batch.update(self.features(batch["input_ids"]))
         batch["labels"] = self.labels[idx]
         return batch
 
 
 @torch.no_grad()
-def predict(model, encoded, pad_id: int, regression: bool, batch_size: int = 64) -> list:
+def predict(model, encoded, pad_id: int, regression: bool, batch_size: int = 64, features=None,
+            clock: InferenceClock | None = None) -> list:
+    """Predictions for ``encoded``; ``features`` adds hash features to each batch, and ``clock`` (Table
+    2.3) gets the forward passes' seconds, each ending with the ``tolist`` that waits for the device."""
     model.eval()
     device = next(model.parameters()).device
     preds: list = []
     for start in range(0, len(encoded), batch_size):
-        batch = {k: v.to(device) for k, v in collate(encoded[start : start + batch_size], pad_id).items()}
+        batch = collate(encoded[start : start + batch_size], pad_id)
+        if features is not None:
+            batch.update(features(batch["input_ids"]))
+        batch = {k: v.to(device) for k, v in batch.items()}
+        started = time.perf_counter()
         logits = model(**batch)["logits"].float()
         preds.extend(logits.squeeze(-1).tolist() if regression else logits.argmax(-1).tolist())
+        if clock is not None:
+            clock.add(time.perf_counter() - started, len(logits))
     model.train()
     return preds
 
@@ -102,7 +116,7 @@ TASK_RUNNERS: Registry[type[TaskRunner]] = Registry("task runner (input shape)")
 # Runners of other input shapes live beside their task code and register on import.
 RUNNER_MODULES = ("leanlm.training.multiple_choice", "leanlm.training.span_qa",
                   "leanlm.training.translation", "leanlm.training.perplexity",
-                  "leanlm.training.lm_eval_runner")
+                  "leanlm.training.lm_eval_runner", "leanlm.training.ch4_analysis")
 
 
 def import_runner_modules() -> None:
@@ -125,8 +139,16 @@ class TextClassificationRunner(TaskRunner):
         return finetune_task(config, run_id, family, task, seed, tokenizer)
 
 
+def _family_settings(config: dict, run_id: str, family: str) -> dict:
+    """finetune.<family> with the run's experiment's variant laid over it (ch. 2: glue_ch2); a bare
+    config without an experiment matrix (a direct call, as in unit tests) has only the block."""
+    if "_matrix" not in config:
+        return config["finetune"][family]
+    return finetune_settings(config, get_run(config, run_id), family)
+
+
 def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
-    profile, settings = config["profile"], config["finetune"][family]
+    profile, settings = config["profile"], _family_settings(config, run_id, family)
     spec = get_task(task)
     regression = spec.label_kind == "regression"
     pad_id = tokenizer.token_to_id("[PAD]")
@@ -139,14 +161,16 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     dev_labels = [r["label"] for r in dev_rows]
 
     seed_everything(seed)
-    model = load_model(paths.models_dir(profile) / run_id, kind="classification", num_labels=spec.num_labels)
+    # A leanlm checkpoint, or a Hugging Face one (CANINE-C, objective hub).
+    model = load_finetune_model(paths.models_dir(profile) / run_id, num_labels=spec.num_labels)
+    features = feature_hook(model.config, tokenizer)  # hash embeddings' per-token inputs, else None
     steps_per_epoch = math.ceil(len(train_rows) / settings["batch_size"])
     total_steps = settings["epochs"] * steps_per_epoch
 
-    def evaluate(m) -> dict:
+    def evaluate(m, clock: InferenceClock | None = None) -> dict:
         # Grouped tasks (MultiRC: rows carry the question id) score (group, value) pairs, for per-group EM.
-        return compute_all(spec.metrics, attach_groups(dev_rows, predict(m, dev_enc, pad_id, regression)),
-                           attach_groups(dev_rows, dev_labels))
+        preds = predict(m, dev_enc, pad_id, regression, features=features, clock=clock)
+        return compute_all(spec.metrics, attach_groups(dev_rows, preds), attach_groups(dev_rows, dev_labels))
 
     scratch = paths.models_dir(profile) / run_id / "finetune" / f"{task}-seed{seed}"
     trainer = Trainer(
@@ -165,7 +189,8 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
             early_stopping_patience=settings["early_stopping_patience"],
             desc=f"{run_id} {task} seed {seed}",
         ),
-        TaskBatches(train_enc, [r["label"] for r in train_rows], settings["batch_size"], 1, seed, pad_id, regression),
+        TaskBatches(train_enc, [r["label"] for r in train_rows], settings["batch_size"], 1, seed, pad_id, regression,
+                    features=features),
         run_dir=scratch,
         evaluate=evaluate,
         primary_metric=spec.primary_metric,
@@ -173,8 +198,10 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     )
     started = time.time()
     summary = trainer.fit()
-    metrics = evaluate(model)  # the best state is restored by the engine
-    test_metrics = compute_all(spec.metrics, attach_groups(test_rows, predict(model, test_enc, pad_id, regression)),
+    clock = InferenceClock()  # Table 2.3's inference time: the final dev evaluation's forward passes
+    metrics = evaluate(model, clock)  # the best state is restored by the engine
+    test_preds = predict(model, test_enc, pad_id, regression, features=features)
+    test_metrics = compute_all(spec.metrics, attach_groups(test_rows, test_preds),
                                attach_groups(test_rows, [r["label"] for r in test_rows]))
     shutil.rmtree(scratch, ignore_errors=True)
     return {
@@ -189,6 +216,9 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
         "train_examples": len(train_rows),
         "validation_examples": len(dev_rows),
         "train_seconds": time.time() - started,
+        "inference_seconds": clock.seconds,
+        "inference_examples": clock.examples,
+        "inference_seconds_per_sample": clock.seconds_per_sample,
     }
 
 
@@ -198,32 +228,39 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
         raise ConfigError(f"run {run_id} is not fine-tuned on {family!r}; its families: {', '.join(run.finetune)}")
     profile = config["profile"]
     started = time.time()
-    tokenizer = load_tokenizer(profile)
+    # The profile's tokenizer; ch. 2's hash runs: their pretraining's codebook; CANINE-C: characters.
+    tokenizer = finetuning_tokenizer(config, run)
+    settings, seeds = finetune_settings(config, run, family), finetune_seeds(config, run, family)
     results = []
     import_runner_modules()
-    for task in config["finetune"][family]["tasks"]:
-        runner = TASK_RUNNERS.get(get_task(task).input_shape)()
-        for seed in config["seeds"] if runner.seeded else config["seeds"][:1]:
+    for task in settings["tasks"]:
+        # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
+        runner = TASK_RUNNERS.get(family if family in TASK_RUNNERS else get_task(task).input_shape)()
+        for seed in seeds if runner.seeded else seeds[:1]:
             result = runner(config, run_id, family, task, seed, tokenizer)
             log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])
             results.append(result)
-    probe = load_model(paths.models_dir(profile) / run_id)  # the pretrained model, as saved
+    # The pretrained model, as saved (a run with evaluate_from, ch. 4's skip, has none of its own).
+    probe = load_pretrained_model(paths.models_dir(profile) / (run.evaluate_from or run_id))
     record = {
         "profile": profile,
         "experiment": run.experiment,
         "run": run.name,
         "run_id": run_id,
         "family": family,
+        "evaluate_from": run.evaluate_from,
+        "skip_simple_layers": run.skip_simple_layers,
         "model": probe.config.to_dict() if hasattr(probe, "config") else run.model,
-        "finetune": config["finetune"][family],
-        "seeds": config["seeds"],
+        "finetune": settings,
+        "seeds": seeds,
         "parameters": {
             "total": total_parameters(probe),
             "attention": model_attention_parameters(probe),
             "embedding": embedding_parameters(probe),
         },
         "results": results,
-        "timing": {"seconds": time.time() - started},
+        # inference_seconds_per_sample: Table 2.3 (forward time per dev example, every task and seed).
+        "timing": {"seconds": time.time() - started, **inference_timing(results)},
         "hardware": hardware(),
     }
     write_json(paths.results_dir(profile) / "runs" / run_id / f"{family}.json", record)

@@ -27,7 +27,6 @@ import torch
 
 from leanlm import paths
 from leanlm.config import get_run, pretrain_settings, public
-from leanlm.data.tokenizer import load_tokenizer
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import write_json
 from leanlm.modeling.checkpoint import save_checkpoint
@@ -37,8 +36,11 @@ from leanlm.modeling.models import build_model
 from leanlm.registry import Registry
 from leanlm.provenance import hardware
 from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.fixed_sequence import attach_fixed_sequence
+from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs, with_features, word_embedding_parameters
 from leanlm.training.objectives import mlm_mask, pack_sequences
 from leanlm.training.seeding import seed_everything, step_generator
+from leanlm.training.step_timing import StepClock
 from leanlm.training.text_batches import (
     example_indices,
     micro_batches_per_step,
@@ -170,7 +172,8 @@ def _import_objectives() -> None:
     """Objectives defined beside their models register themselves on import."""
     import importlib
 
-    for module in ("leanlm.training.shuffle_random_objective", "leanlm.training.translation"):
+    for module in ("leanlm.training.shuffle_random_objective", "leanlm.training.translation",
+                   "leanlm.training.from_scratch", "leanlm.training.hub_checkpoint"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
@@ -201,7 +204,8 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
         )
     seed_everything(PRETRAIN_SEED)
     started = time.time()
-    tokenizer = load_tokenizer(profile)
+    # The profile's tokenizer, or for ch. 2's hash runs a codebook of words/pieces (hash_inputs).
+    tokenizer = pretraining_tokenizer(config, run)
     corpus = paths.data_dir(profile) / "corpus"
     train_seqs = _pack(tokenizer, corpus / "train.jsonl", settings["seq_len"], "tokenize train")
     valid_seqs = _pack(tokenizer, corpus / "validation.jsonl", settings["seq_len"], "tokenize validation")
@@ -209,7 +213,10 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
 
     model_config = ModelConfig.from_dict({**run.model, "vocab_size": tokenizer.get_vocab_size()})
     model = build_model(model_config, objective.head)
-    batches = objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED)
+    fixed_text = attach_fixed_sequence(model, tokenizer, corpus)  # ch. 4's FixedSeqQK only
+    # Hash embeddings read per-token features (hash bits/buckets) that the batches carry.
+    batches = with_features(objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED), model_config, tokenizer)
+    clock = StepClock(batches, settings["batch_size"] * settings["grad_accum"])  # Table 2.3's time per sample
     out_dir = paths.models_dir(profile) / run_id
     train_config = TrainConfig(
         total_steps=settings["steps"],
@@ -225,12 +232,14 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
         checkpoint_every=settings["checkpoint_every"],
         desc=f"pretrain {run_id}",
     )
-    trainer = Trainer(model, train_config, batches, run_dir=out_dir)
+    trainer = Trainer(model, train_config, clock, run_dir=out_dir)
     summary = trainer.fit()
+    clock.finish()
     device = next(model.parameters()).device
     val_loss = validation_loss(model, batches, valid_seqs, device)
 
     save_checkpoint(model, model_config, out_dir, extra={"run_id": run_id, "profile": profile})
+    save_inputs(tokenizer, out_dir)  # the hash codebook fine-tuning must hash with (hash runs only)
     record = {
         "profile": profile,
         "experiment": run.experiment,
@@ -244,13 +253,15 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
         "history": summary.get("history", []),
         "validation": {f"{objective.metric}_loss": val_loss,
                        f"{objective.metric}_perplexity": math.exp(min(val_loss, 50.0))},
-        "data": {"train_sequences": len(train_seqs), "validation_sequences": len(valid_seqs)},
+        "data": {"train_sequences": len(train_seqs), "validation_sequences": len(valid_seqs),
+                 **({"fixed_sequence": fixed_text} if fixed_text else {})},
         "parameters": {
             "total": total_parameters(model),
             "attention": model_attention_parameters(model),
             "embedding": embedding_parameters(model),
+            "word_embedding": word_embedding_parameters(model),  # Appendix 2.8's #Emb
         },
-        "timing": {"seconds": time.time() - started},
+        "timing": {"seconds": time.time() - started, **clock.timing()},
         "hardware": hardware(),
     }
     write_json(paths.results_dir(profile) / "runs" / run_id / "pretrain.json", record)

@@ -1,0 +1,139 @@
+"""Table 4.1's "Rnd. Guess" and "Majority" rows, computed from the documents lm-eval evaluates.
+
+The rows are never typed in: :func:`task_baselines` takes an lm-eval ``Task`` (a local stand-in or a hub
+task, built exactly as the evaluation builds it), the documents the evaluation reads (the first
+``limit``, as lm-eval's ``limit`` does) and turns each into the shape
+:func:`leanlm.data.lm_eval_tasks.random_guess_and_majority` scores:
+
+- multiple choice: the options (``doc_to_choice``) and the gold index (``doc_to_target``); random guess
+  = mean 1 / #options, majority = always answering the most frequent gold index;
+- rolling log-likelihood (WikiText): the scored text; random guess = a uniform distribution over the
+  tokenizer's vocabulary, as word/byte perplexity and bits per byte; no majority row;
+- log-likelihood (LAMBADA): context + continuation, the continuation being " " + the last word;
+  random guess as perplexity and accuracy of a uniform distribution; no majority row.
+
+Every lm_eval run records them beside its scores (``results[i].baselines``; the same for every run of
+a profile, since they depend only on the tasks, the limit and the tokenizer). :func:`collect_baselines`
+(called by aggregation) writes the profile's ``results/<profile>/baselines/lm_eval.json``:
+``{"profile", "tasks": {task: {lm_eval_task, thesis_name, output_type, split, examples, random_guess,
+majority}}}`` with accuracies as fractions.
+
+Note: lm-eval's ``sciq`` always puts the gold answer last, so its majority row is 100% (the thesis
+prints 25.0, the rate of a randomly placed answer); the packaged stand-ins draw the gold position at
+random.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from leanlm import paths
+from leanlm.data.lm_eval_tasks import random_guess_and_majority
+from leanlm.errors import DataError
+from leanlm.io import write_json
+
+log = logging.getLogger(__name__)
+
+BASELINES_FILE = "lm_eval.json"  # results/<profile>/baselines/lm_eval.json
+
+
+def load_lm_eval_tasks(names: list[str], include_path: str | os.PathLike | None) -> dict[str, Any]:
+    """lm-eval ``Task`` objects by name, built as :func:`run_lm_eval` builds them (local YAMLs under
+    ``include_path`` first, then lm-eval's own task index)."""
+    from lm_eval.tasks import TaskManager
+
+    from leanlm.evaluation.lm_eval_adapter import _task_specs
+
+    specs, needs_defaults = _task_specs(list(names), include_path)
+    manager = TaskManager(include_path=str(include_path) if include_path else None, include_defaults=needs_defaults)
+    return manager.load(specs)["tasks"]
+
+
+def evaluated_docs(task, limit: int | float | None = None) -> list[dict]:
+    """The documents lm-eval scores with ``limit``: all, the first ``limit`` (an int), or the first
+    ``ceil(limit * n)`` (a fraction below 1)."""
+    docs = list(task.eval_docs)
+    if limit is None:
+        return docs
+    count = int(math.ceil(len(docs) * limit)) if limit < 1.0 else int(limit)
+    return docs[:count]
+
+
+def evaluated_split(task) -> str:
+    return task.config.test_split if task.has_test_docs() else task.config.validation_split
+
+
+def _gold_index(target, choices: list[str], task_name: str) -> int:
+    if isinstance(target, (list, tuple)):
+        target = target[0]
+    if isinstance(target, str):
+        if target in choices:
+            return choices.index(target)
+        if target.strip().isdigit():
+            return int(target)
+        raise DataError(f"lm-eval task {task_name}: gold answer {target!r} is none of its options {choices}")
+    return int(target)
+
+
+def baseline_rows(task, docs: list[dict]) -> list[dict]:
+    """Documents in the shape random_guess_and_majority scores (see the module docstring)."""
+    kind = task.config.output_type
+    if kind == "multiple_choice":
+        rows = []
+        for doc in docs:
+            choices = list(task.doc_to_choice(doc))
+            rows.append({"choices": choices, "label": _gold_index(task.doc_to_target(doc), choices, task.config.task)})
+        return rows
+    if kind == "loglikelihood_rolling":
+        return [{"page": task.doc_to_target(doc)} for doc in docs]
+    if kind == "loglikelihood":
+        rows = []
+        for doc in docs:
+            context, continuation = task.doc_to_text(doc), task.doc_to_target(doc)
+            text = context + continuation
+            if continuation != " " + text.split(" ")[-1]:
+                raise DataError(f"lm-eval task {task.config.task}: the continuation {continuation!r} is not the last "
+                                f"word after a space (LAMBADA's form); no random-guess row is defined for it")
+            rows.append({"text": text})
+        return rows
+    raise DataError(f"lm-eval task {task.config.task}: output type {kind!r} has no Rnd. Guess / Majority rows")
+
+
+def task_baselines(task, tokenizer, limit: int | float | None = None) -> dict:
+    """The random-guess and majority rows of one lm-eval task over the documents it evaluates."""
+    docs = evaluated_docs(task, limit)
+    if not docs:
+        raise DataError(f"lm-eval task {task.config.task} has no documents to evaluate")
+    out = random_guess_and_majority(baseline_rows(task, docs), tokenizer)
+    return {**out, "split": evaluated_split(task)}
+
+
+def collect_baselines(profile: str) -> Path | None:
+    """Write results/<profile>/baselines/lm_eval.json from the runs' lm_eval.json records (None, and no
+    file, when the profile has none). Runs must agree; a disagreeing one is reported and ignored."""
+    runs = paths.results_dir(profile) / "runs"
+    out = paths.results_dir(profile) / "baselines" / BASELINES_FILE
+    tasks: dict[str, dict] = {}
+    source: dict[str, str] = {}
+    for path in sorted(runs.glob(f"*/{BASELINES_FILE}")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for result in record.get("results", []):
+            row = {k: result.get(k) for k in ("lm_eval_task", "thesis_name")}
+            row.update(result.get("baselines") or {})
+            task = result["task"]
+            if task not in tasks:
+                tasks[task], source[task] = row, record.get("run_id", path.parent.name)
+            elif row != tasks[task]:
+                log.warning("%s: task %s's Rnd. Guess / Majority rows differ from run %s's (changed tasks or limit?); "
+                            "keeping run %s's", path, task, source[task], source[task])
+    if not tasks:
+        if out.is_file():
+            out.unlink()
+        return None
+    write_json(out, {"profile": profile, "tasks": tasks, "from_runs": source})
+    return out

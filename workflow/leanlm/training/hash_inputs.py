@@ -1,0 +1,307 @@
+"""How a run's text becomes model inputs when its word embedding reads hashes (ch. 2).
+
+A run's ``tokenizer`` (params/experiments/ch2.yaml) says how text is cut:
+
+- ``profile``: the profile's subword tokenizer, vocabulary ids, no features (BERT-MLM, BERT-S+R,
+  BERT-Hash);
+- ``hash``: HashFormers' word tokenisation with an unlimited vocabulary (leanlm.hashing.words);
+- ``hash_subword``: the profile tokenizer's pieces, hashed as strings (Table 2.6; EELBERT); the
+  vocabulary is fixed, so the codebook has one row per piece (:class:`PieceCodebookTokenizer`).
+
+For the two hash routes the ids a model sees are rows of a :class:`~leanlm.hashing.HashCodebook`
+(distinct token -> row, hashed once when first seen; rows 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]),
+and every batch carries the features the embedding declares (``hash_bits``, ``hash_buckets``,
+``char_ngram_hashes``), gathered from the codebook by tensor indexing: no per-token Python in the
+training loop, and no vocabulary lookup table anywhere.
+
+:class:`CodebookTokenizer` gives the codebook the few ``tokenizers.Tokenizer`` methods the pipeline
+calls (``encode_batch`` of texts or pairs with truncation, ``token_to_id``, ``get_vocab_size``), so
+packing, the objectives' batches and the GLUE encoder run unchanged on it. Pretraining fits the
+codebook (LSH: its top-50K character n-grams over the pretraining corpus) and saves its hasher in
+``models/<profile>/<run_id>/codebook/``; fine-tuning loads it, so a task's words hash exactly as
+they did in pretraining (rows are not saved: hashing is deterministic, and row ids mean nothing to a
+hash embedding beyond the special rows).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from leanlm import paths
+from leanlm.errors import ConfigError, DataError
+from leanlm.hashing.codebook import HashCodebook
+from leanlm.hashing.words import word_tokenize
+from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
+
+HASH_TOKENIZERS = ("hash", "hash_subword")
+CODEBOOK_DIR = "codebook"
+
+Features = Callable[[torch.Tensor], dict]
+
+
+@dataclass
+class Encoding:
+    """What the pipeline reads of a ``tokenizers.Encoding``."""
+
+    ids: list[int]
+    type_ids: list[int] = field(default_factory=list)
+
+
+class CodebookTokenizer:
+    """A HashCodebook behind the subset of the ``tokenizers.Tokenizer`` API the pipeline uses.
+
+    ``encode_batch`` takes texts or ``(text_a, text_b)`` pairs and returns ``[CLS] a [SEP] (b [SEP])``
+    with type ids 0/1, truncated (when ``enable_truncation`` set a length) longest-first as
+    ``tokenizers`` does: the shorter side keeps up to half the budget, the longer the rest.
+    """
+
+    def __init__(self, codebook: HashCodebook):
+        self.codebook = codebook
+        self.max_length: int | None = None
+
+    # -- tokenizers.Tokenizer methods the pipeline calls ----------------------------------------
+    def enable_truncation(self, max_length: int, **_: object) -> None:
+        self.max_length = int(max_length)
+
+    def no_truncation(self) -> None:
+        self.max_length = None
+
+    def no_padding(self) -> None:  # encodings are never padded here; collate pads per batch
+        pass
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.codebook.index.get(token)
+
+    def get_vocab_size(self, with_added_tokens: bool = True) -> int:
+        """Rows so far: the tokens met up to now (the vocabulary is unlimited and grows)."""
+        return len(self.codebook)
+
+    def encode(self, sequence: str, pair: str | None = None, add_special_tokens: bool = True) -> Encoding:
+        return self.encode_batch([sequence if pair is None else (sequence, pair)], add_special_tokens)[0]
+
+    def encode_batch(self, inputs: Sequence, add_special_tokens: bool = True) -> list[Encoding]:
+        if not inputs:
+            return []
+        a_ids = self.codebook.encode([x if isinstance(x, str) else x[0] for x in inputs])
+        paired = [i for i, x in enumerate(inputs) if not isinstance(x, str)]
+        b_ids = [None] * len(inputs)
+        for i, ids in zip(paired, self.codebook.encode([inputs[i][1] for i in paired])):
+            b_ids[i] = ids
+        return [self._assemble(a, b, add_special_tokens) for a, b in zip(a_ids, b_ids)]
+
+    def _assemble(self, a: list[int], b: list[int] | None, special: bool) -> Encoding:
+        index = self.codebook.index
+        return assemble(a, b, index["[CLS]"], index["[SEP]"], self.max_length, special)
+
+
+def assemble(a: list[int], b: list[int] | None, cls_id: int, sep_id: int, max_length: int | None,
+             special: bool = True) -> Encoding:
+    """``[CLS] a [SEP] (b [SEP])`` with type ids, cut to ``max_length`` ids longest-first."""
+    if max_length is not None:
+        budget = max_length - (special * (2 if b is None else 3))
+        if budget < 0:
+            raise ConfigError(f"max length {max_length} leaves no room for the special tokens")
+        if b is None:
+            a = a[:budget]
+        elif len(a) + len(b) > budget:
+            short_a = len(a) <= len(b)
+            keep_short = min(len(a) if short_a else len(b), budget // 2)
+            keep_long = budget - keep_short
+            a, b = (a[:keep_short], b[:keep_long]) if short_a else (a[:keep_long], b[:keep_short])
+    if not special:
+        return Encoding(a + (b or []), [0] * len(a) + [1] * len(b or []))
+    ids = [cls_id, *a, sep_id]
+    types = [0] * len(ids)
+    if b is not None:
+        ids += [*b, sep_id]
+        types += [1] * (len(b) + 1)
+    return Encoding(ids, types)
+
+
+# ---------------------------------------------------------------------------------------- codebooks
+def _model_config(run) -> ModelConfig:
+    return ModelConfig.from_dict({**run.model, "vocab_size": 1}, where=f"run {run.run_id}")
+
+
+def uses_codebook(run) -> bool:
+    return run.tokenizer in HASH_TOKENIZERS
+
+
+def check_run_tokenizer(run, config: ModelConfig) -> None:
+    """A hash embedding needs a hash tokenizer and a hash tokenizer a hash embedding (ConfigError)."""
+    hashed = bool(embedding_features(config))
+    if hashed and not uses_codebook(run):
+        raise ConfigError(f"run {run.run_id}: embedding {config.embedding!r} reads hash features, so its "
+                          f"tokenizer must be one of {HASH_TOKENIZERS}, not {run.tokenizer!r}")
+    if uses_codebook(run) and not hashed:
+        raise ConfigError(f"run {run.run_id}: tokenizer {run.tokenizer!r} makes codebook rows, which "
+                          f"embedding {config.embedding!r} cannot read; use a hash embedding or "
+                          f"tokenizer: profile")
+
+
+class PieceCodebookTokenizer(CodebookTokenizer):
+    """Hashing a subword tokenizer's pieces (``hash_subword``: Table 2.6, EELBERT).
+
+    The vocabulary is fixed, so the codebook holds one row per piece, added in id order once; the
+    subword tokenizer encodes (at its own speed, with its own truncation) and its ids are mapped to
+    rows by one array gather (``to_row``: the identity for the packaged tokenizer, whose special
+    tokens are ids 0..4 like the codebook's; a permutation for BERT's hub tokenizer, [CLS] = 101).
+    """
+
+    def __init__(self, pieces, codebook: HashCodebook):
+        super().__init__(codebook)
+        self.pieces = pieces
+        vocab = pieces.get_vocab(with_added_tokens=True)
+        by_id = sorted(vocab, key=vocab.get)
+        codebook.add(by_id)
+        self.to_row = np.array([codebook.index[t] for t in by_id], dtype=np.int64)
+
+    def enable_truncation(self, max_length: int, **_: object) -> None:
+        self.pieces.enable_truncation(max_length=max_length)
+
+    def no_truncation(self) -> None:
+        self.pieces.no_truncation()
+
+    def no_padding(self) -> None:
+        self.pieces.no_padding()
+
+    def encode_batch(self, inputs: Sequence, add_special_tokens: bool = True) -> list[Encoding]:
+        encodings = self.pieces.encode_batch(list(inputs), add_special_tokens=add_special_tokens)
+        return [Encoding(self.to_row[np.asarray(e.ids, dtype=np.int64)].tolist(), list(e.type_ids))
+                for e in encodings]
+
+
+def corpus_token_counts(texts: Sequence[str], pieces=None) -> Counter:
+    """Frequency of every word (or, with ``pieces``, every subword piece) in ``texts``."""
+    if pieces is None:
+        counts: Counter = Counter()
+        for text in texts:
+            counts.update(word_tokenize(text))
+        return counts
+    size = pieces.get_vocab_size(with_added_tokens=True)
+    totals = np.zeros(size, dtype=np.int64)
+    for start in range(0, len(texts), 2048):
+        batch = pieces.encode_batch(list(texts[start:start + 2048]), add_special_tokens=False)
+        ids = np.fromiter((i for e in batch for i in e.ids), dtype=np.int64)
+        totals += np.bincount(ids, minlength=size)
+    return Counter({pieces.id_to_token(int(i)): int(totals[i]) for i in np.flatnonzero(totals)})
+
+
+def _tokenizer_for(run, codebook: HashCodebook, config: dict) -> CodebookTokenizer:
+    from leanlm.data.tokenizer import load_tokenizer
+
+    if run.tokenizer == "hash_subword":
+        return PieceCodebookTokenizer(load_tokenizer(config["profile"]), codebook)
+    return CodebookTokenizer(codebook)
+
+
+def fit_codebook(config: dict, run, texts: Sequence[str]) -> HashCodebook:
+    """The (row-less) codebook of a hash run, fitted on ``texts``: LSH's top-50K character n-grams
+    of the words or pieces there, weighted by frequency; MD5 needs nothing but its key."""
+    from leanlm.data.tokenizer import load_tokenizer
+
+    model_config = _model_config(run)
+    check_run_tokenizer(run, model_config)
+    settings = codebook_settings(model_config)
+    counts = None
+    if settings["hash"] == "lsh":
+        pieces = load_tokenizer(config["profile"]) if run.tokenizer == "hash_subword" else None
+        counts = corpus_token_counts(texts, pieces)
+    return HashCodebook.for_model(model_config, token_counts=counts)
+
+
+def pretraining_tokenizer(config: dict, run):
+    """The tokenizer a run packs its pretraining corpus with: the profile's, or a fresh
+    :class:`CodebookTokenizer` fitted on the training split."""
+    from leanlm.data.tokenizer import load_tokenizer
+    from leanlm.training.text_batches import read_documents
+
+    if not uses_codebook(run):
+        check_run_tokenizer(run, _model_config(run))
+        return load_tokenizer(config["profile"])
+    texts = read_documents(paths.data_dir(config["profile"]) / "corpus" / "train.jsonl")
+    return _tokenizer_for(run, fit_codebook(config, run, texts), config)
+
+
+def save_inputs(tokenizer, directory: str | Path) -> None:
+    """Save a CodebookTokenizer's hasher (no rows) beside the model; nothing for other tokenizers."""
+    if isinstance(tokenizer, CodebookTokenizer):
+        book = tokenizer.codebook
+        HashCodebook(book.hasher, book.n_buckets).save(Path(directory) / CODEBOOK_DIR)
+
+
+def finetuning_tokenizer(config: dict, run):
+    """The tokenizer fine-tuning encodes task text with: the pretrained run's saved codebook for hash
+    runs, CANINE's characters for hub runs, else the profile's tokenizer."""
+    from leanlm.data.tokenizer import load_tokenizer
+
+    if run.objective == "hub":
+        from leanlm.training.hub_checkpoint import CharTokenizer
+
+        return CharTokenizer()
+    if not uses_codebook(run):
+        return load_tokenizer(config["profile"])
+    directory = paths.models_dir(config["profile"]) / (run.evaluate_from or run.run_id) / CODEBOOK_DIR
+    if not (directory / "codebook.json").is_file():
+        raise DataError(f"{directory} is missing: run {run.run_id} hashes its tokens with the codebook "
+                        f"its pretraining saves; re-run `leanlm pretrain --run {run.run_id}`")
+    return _tokenizer_for(run, HashCodebook.load(directory), config)
+
+
+# ----------------------------------------------------------------------------------------- features
+def feature_hook(model_config, tokenizer) -> Features | None:
+    """``ids -> {feature: tensor}`` for a model whose embedding reads hash features, else None."""
+    if not isinstance(model_config, ModelConfig):
+        return None  # a hub model (CANINE-C) reads nothing but its ids
+    names = embedding_features(model_config)
+    if not names:
+        return None
+    if not isinstance(tokenizer, CodebookTokenizer):
+        raise ConfigError(f"embedding {model_config.embedding!r} reads {list(names)}, which only a "
+                          f"codebook tokenizer ({' or '.join(HASH_TOKENIZERS)}) makes")
+    codebook, options = tokenizer.codebook, dict(model_config.embedding_options)
+    return lambda ids: codebook.features(ids, names, options)
+
+
+class FeatureBatches:
+    """An objective's batches with the hash features of their (corrupted) ids added.
+
+    Delegates everything else (``masked`` for validation, ``batch_size``) to the wrapped batches.
+    """
+
+    def __init__(self, inner, features: Features):
+        self.inner, self.features = inner, features
+
+    def _add(self, batch: dict) -> dict:
+        batch.update(self.features(batch["input_ids"]))
+        return batch
+
+    def __call__(self, step: int, micro: int) -> dict:
+        return self._add(self.inner(step, micro))
+
+    def masked(self, rows: torch.Tensor, generator) -> dict:
+        return self._add(self.inner.masked(rows, generator))
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def with_features(batches, model_config: ModelConfig, tokenizer):
+    """``batches`` unchanged for models that read only ids, else wrapped in :class:`FeatureBatches`."""
+    hook = feature_hook(model_config, tokenizer)
+    return batches if hook is None else FeatureBatches(batches, hook)
+
+
+def word_embedding_parameters(model: nn.Module) -> int | None:
+    """Appendix 2.8's #Emb of a BERT-style model (its word embedding's own count), else None."""
+    words = getattr(getattr(getattr(model, "encoder", None), "embeddings", None), "word_embeddings", None)
+    count = getattr(words, "embedding_parameter_count", None)
+    return int(count()) if callable(count) else None

@@ -1,0 +1,76 @@
+"""Time per sample for Table 2.3: pretraining (forward + backward + update) and inference (forward).
+
+The thesis measures "the average time of a sample completing a PT or Infer step" (§2.4.4). Both
+clocks wrap what already runs, so timing needs no change to the engine:
+
+- :class:`StepClock` wraps a pretraining ``batch_at(step, micro)``: it notes when each optimizer
+  step asks for its first micro-batch, and :meth:`StepClock.finish` when ``fit`` returns. Time per
+  sample is the wall time from the start of the second step to the end, over the samples of those
+  steps: the first step (allocator warm-up, lazy initialisation, cuDNN/CPU kernel selection) is left
+  out, as is everything before training (tokenising, packing). The span includes what the engine does
+  between steps (logging, the periodic checkpoint), as a real run pays for it.
+- :class:`InferenceClock` sums the forward passes of an evaluation (``predict``), which end with the
+  ``.tolist()`` that synchronises an accelerator, and the examples they scored.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+class StepClock:
+    """``batch_at`` wrapper recording the start time of each optimizer step (see the module doc)."""
+
+    def __init__(self, batch_at, samples_per_step: int):
+        self.batch_at = batch_at
+        self.samples_per_step = int(samples_per_step) * int(os.environ.get("WORLD_SIZE", "1"))
+        self.starts: dict[int, float] = {}
+        self.end: float | None = None
+
+    def __call__(self, step: int, micro: int):
+        if step not in self.starts:
+            self.starts[step] = time.perf_counter()
+        return self.batch_at(step, micro)
+
+    def __getattr__(self, name: str):
+        return getattr(self.batch_at, name)
+
+    def finish(self) -> None:
+        self.end = time.perf_counter()
+
+    def timing(self) -> dict:
+        """``seconds_per_sample`` (None when fewer than two steps ran in this session) and what it
+        was measured over."""
+        steps = sorted(self.starts)
+        if len(steps) < 2 or self.end is None:
+            return {"seconds_per_sample": None, "timed_steps": 0}
+        timed = len(steps) - 1
+        seconds = self.end - self.starts[steps[1]]
+        return {"seconds_per_sample": seconds / (timed * self.samples_per_step), "timed_steps": timed,
+                "timed_seconds": seconds, "samples_per_step": self.samples_per_step}
+
+
+class InferenceClock:
+    """Accumulates forward-pass seconds and examples over the ``predict`` calls it is given to."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.examples = 0
+
+    def add(self, seconds: float, examples: int) -> None:
+        self.seconds += seconds
+        self.examples += examples
+
+    @property
+    def seconds_per_sample(self) -> float | None:
+        return self.seconds / self.examples if self.examples else None
+
+
+def inference_timing(results: list[dict]) -> dict:
+    """A family record's ``timing`` entries from its per-task results' inference seconds and
+    examples: ``inference_seconds_per_sample`` over every task and seed (None if none measured)."""
+    seconds = sum(r.get("inference_seconds", 0.0) for r in results)
+    examples = sum(r.get("inference_examples", 0) for r in results)
+    return {"inference_seconds_per_sample": seconds / examples if examples else None,
+            "inference_examples": examples}
