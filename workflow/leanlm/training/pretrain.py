@@ -41,12 +41,8 @@ from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs, with
 from leanlm.training.objectives import mlm_mask, pack_sequences
 from leanlm.training.seeding import seed_everything, step_generator
 from leanlm.training.step_timing import StepClock
-from leanlm.training.text_batches import (
-    example_indices,
-    micro_batches_per_step,
-    read_documents,
-    tokenize_documents,
-)
+from leanlm.training.text_batches import example_indices, micro_batches_per_step
+from leanlm.training.token_cache import corpus_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +136,7 @@ class CausalLMObjective(PretrainObjective):
 
 
 def _pack(tokenizer, path, seq_len: int, desc: str) -> torch.Tensor:
-    docs = tokenize_documents(tokenizer, read_documents(path), desc=desc)
+    docs = corpus_token_ids(tokenizer, path, desc=desc)  # cached across the profile's jobs
     packed = pack_sequences(docs, seq_len, tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
     if len(packed) == 0:
         raise DataError(f"{path}: no full sequence of {seq_len} tokens could be packed; the corpus is too small")
