@@ -197,7 +197,7 @@ def test_changed_template_reruns_only_that_rendering(built):
     jobs = planned_jobs(built)
     expected = {"analytic_table": 1, "all": 1, **({"pdf": 1} if shutil.which("pdflatex") else {})}
     assert jobs == expected, jobs
-    assert planned_wildcards(built, "analytic_table") == ["item=table_3_4, profile=smoke"]
+    assert planned_wildcards(built, "analytic_table") == ["profile=smoke, item=table_3_4"]
     snakemake(built)
     assert planned_jobs(built) == {}
 
