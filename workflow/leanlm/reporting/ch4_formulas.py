@@ -39,7 +39,8 @@ ROWS = CH4_VARIANTS[:3] + ["approximate_per_term"] + CH4_VARIANTS[3:]
 
 NOTES = {
     "mlp": "width w = round((4d^2+3d)/3d) matches attention's parameters: GEMMs 6BLdw ~ 8BLd^2",
-    "approximate": "default joint (Based) form: 1+d_h+d_h^2 features per head; the formulas "
+    "approximate": "default joint (Based) form: (d_h+1)(d_h+2)/2 features per head (each product once, "
+                   "a constant 1 folding the linear terms in); the formulas "
                    "describe the appendix form",
     "approximate_per_term": "appendix form; GEMMs beyond QKV scale as d^2/h (the formula's at h=2)",
     "non_approximate": "stable chunked parallel form: extra O(BLCd) GEMMs, saves C x C chunk "
