@@ -97,6 +97,27 @@ def _eval_every(settings: dict, task: str, steps_per_epoch: int) -> int:
     return int(value) if value else steps_per_epoch
 
 
+def finetune_train_config(settings: dict, task: str, run_id: str, seed: int, n_train: int) -> TrainConfig:
+    """The engine's settings for fine-tuning one task with one seed, from a profile's finetune block
+    (shared by every task runner: classification, multiple choice, span QA)."""
+    steps_per_epoch = math.ceil(n_train / settings["batch_size"])
+    total_steps = settings["epochs"] * steps_per_epoch
+    return TrainConfig(
+        total_steps=total_steps,
+        lr=settings["lr"],
+        schedule=settings["schedule"],
+        warmup_steps=warmup_steps_from_ratio(total_steps, settings["warmup_ratio"]),
+        weight_decay=settings["weight_decay"],
+        adam_betas=tuple(settings["adam_betas"]),
+        adam_eps=settings["adam_eps"],
+        clip_norm=settings["clip_norm"],
+        seed=seed,
+        eval_every=_eval_every(settings, task, steps_per_epoch),
+        early_stopping_patience=settings["early_stopping_patience"],
+        desc=f"{run_id} {task} seed {seed}",
+    )
+
+
 class TaskRunner:
     """Fine-tunes (or only evaluates) one pretrained model on one task with one seed.
 
@@ -164,8 +185,7 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     # A leanlm checkpoint, or a Hugging Face one (CANINE-C, objective hub).
     model = load_finetune_model(paths.models_dir(profile) / run_id, num_labels=spec.num_labels)
     features = feature_hook(model.config, tokenizer)  # hash embeddings' per-token inputs, else None
-    steps_per_epoch = math.ceil(len(train_rows) / settings["batch_size"])
-    total_steps = settings["epochs"] * steps_per_epoch
+    train_config = finetune_train_config(settings, task, run_id, seed, len(train_rows))
 
     def evaluate(m, clock: InferenceClock | None = None) -> dict:
         # Grouped tasks (MultiRC: rows carry the question id) score (group, value) pairs, for per-group EM.
@@ -175,20 +195,7 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     scratch = paths.models_dir(profile) / run_id / "finetune" / f"{task}-seed{seed}"
     trainer = Trainer(
         model,
-        TrainConfig(
-            total_steps=total_steps,
-            lr=settings["lr"],
-            schedule=settings["schedule"],
-            warmup_steps=warmup_steps_from_ratio(total_steps, settings["warmup_ratio"]),
-            weight_decay=settings["weight_decay"],
-            adam_betas=tuple(settings["adam_betas"]),
-            adam_eps=settings["adam_eps"],
-            clip_norm=settings["clip_norm"],
-            seed=seed,
-            eval_every=_eval_every(settings, task, steps_per_epoch),
-            early_stopping_patience=settings["early_stopping_patience"],
-            desc=f"{run_id} {task} seed {seed}",
-        ),
+        train_config,
         TaskBatches(train_enc, [r["label"] for r in train_rows], settings["batch_size"], 1, seed, pad_id, regression,
                     features=features),
         run_dir=scratch,
@@ -212,7 +219,7 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
         "primary_metric": spec.primary_metric,
         "primary": metrics[spec.primary_metric],
         "best_step": summary.get("best_step"),
-        "steps": total_steps,
+        "steps": train_config.total_steps,
         "train_examples": len(train_rows),
         "validation_examples": len(dev_rows),
         "train_seconds": time.time() - started,

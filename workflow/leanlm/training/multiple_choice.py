@@ -10,7 +10,6 @@ classification runner's, with the shared engine and the profile's ``finetune.<fa
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 
@@ -20,9 +19,8 @@ from leanlm import paths
 from leanlm.data.tasks import get_task
 from leanlm.evaluation.metrics import compute_all
 from leanlm.modeling.checkpoint import load_model
-from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.training.finetune import TASK_RUNNERS, TaskBatches, TaskRunner, _eval_every, _load_split
-from leanlm.training.schedules import warmup_steps_from_ratio
+from leanlm.training.engine import Trainer
+from leanlm.training.finetune import TASK_RUNNERS, TaskBatches, TaskRunner, _load_split, finetune_train_config
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate, encode_examples, example_indices
 
@@ -95,8 +93,7 @@ class MultipleChoiceRunner(TaskRunner):
 
         seed_everything(seed)
         model = load_model(paths.models_dir(profile) / run_id, kind="multiple_choice")
-        steps_per_epoch = math.ceil(len(rows["train"]) / settings["batch_size"])
-        total_steps = settings["epochs"] * steps_per_epoch
+        train_config = finetune_train_config(settings, task, run_id, seed, len(rows["train"]))
 
         def evaluate(m, split: str = "validation") -> dict:
             return compute_all(spec.metrics, predict_choices(m, encoded[split], pad_id), labels[split])
@@ -104,20 +101,7 @@ class MultipleChoiceRunner(TaskRunner):
         scratch = paths.models_dir(profile) / run_id / "finetune" / f"{task}-seed{seed}"
         trainer = Trainer(
             model,
-            TrainConfig(
-                total_steps=total_steps,
-                lr=settings["lr"],
-                schedule=settings["schedule"],
-                warmup_steps=warmup_steps_from_ratio(total_steps, settings["warmup_ratio"]),
-                weight_decay=settings["weight_decay"],
-                adam_betas=tuple(settings["adam_betas"]),
-                adam_eps=settings["adam_eps"],
-                clip_norm=settings["clip_norm"],
-                seed=seed,
-                eval_every=_eval_every(settings, task, steps_per_epoch),
-                early_stopping_patience=settings["early_stopping_patience"],
-                desc=f"{run_id} {task} seed {seed}",
-            ),
+            train_config,
             ChoiceBatches(encoded["train"], labels["train"], settings["batch_size"], seed, pad_id),
             run_dir=scratch,
             evaluate=evaluate,
@@ -137,7 +121,7 @@ class MultipleChoiceRunner(TaskRunner):
             "primary_metric": spec.primary_metric,
             "primary": metrics[spec.primary_metric],
             "best_step": summary.get("best_step"),
-            "steps": total_steps,
+            "steps": train_config.total_steps,
             "train_examples": len(rows["train"]),
             "validation_examples": len(rows["validation"]),
             "train_seconds": time.time() - started,

@@ -34,9 +34,8 @@ from leanlm.errors import ConfigError
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.squad import as_references
 from leanlm.modeling.checkpoint import load_model
-from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.training.finetune import TASK_RUNNERS, TaskBatches, TaskRunner, _eval_every, _load_split
-from leanlm.training.schedules import warmup_steps_from_ratio
+from leanlm.training.engine import Trainer
+from leanlm.training.finetune import TASK_RUNNERS, TaskBatches, TaskRunner, _load_split, finetune_train_config
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate
 
@@ -211,8 +210,7 @@ def finetune_span_qa(config: dict, run_id: str, family: str, task: str, seed: in
     seed_everything(seed)
     model = load_model(paths.models_dir(profile) / run_id, kind="qa")
     train = features["train"]
-    steps_per_epoch = math.ceil(len(train) / settings["batch_size"])
-    total_steps = settings["epochs"] * steps_per_epoch
+    train_config = finetune_train_config(settings, task, run_id, seed, len(train))
 
     def evaluate(m, split: str = "validation") -> dict:
         return score_rows(m, rows[split], features[split], spec.metrics, pad_id, options, allow_null)
@@ -220,20 +218,7 @@ def finetune_span_qa(config: dict, run_id: str, family: str, task: str, seed: in
     scratch = paths.models_dir(profile) / run_id / "finetune" / f"{task}-seed{seed}"
     trainer = Trainer(
         model,
-        TrainConfig(
-            total_steps=total_steps,
-            lr=settings["lr"],
-            schedule=settings["schedule"],
-            warmup_steps=warmup_steps_from_ratio(total_steps, settings["warmup_ratio"]),
-            weight_decay=settings["weight_decay"],
-            adam_betas=tuple(settings["adam_betas"]),
-            adam_eps=settings["adam_eps"],
-            clip_norm=settings["clip_norm"],
-            seed=seed,
-            eval_every=_eval_every(settings, task, steps_per_epoch),
-            early_stopping_patience=settings["early_stopping_patience"],
-            desc=f"{run_id} {task} seed {seed}",
-        ),
+        train_config,
         TaskBatches(train.encoded, train.labels, settings["batch_size"], 1, seed, pad_id, regression=False),
         run_dir=scratch,
         evaluate=evaluate,
@@ -253,7 +238,7 @@ def finetune_span_qa(config: dict, run_id: str, family: str, task: str, seed: in
         "primary_metric": spec.primary_metric,
         "primary": metrics[spec.primary_metric],
         "best_step": summary.get("best_step"),
-        "steps": total_steps,
+        "steps": train_config.total_steps,
         "train_examples": len(rows["train"]),
         "train_features": len(train),
         "validation_examples": len(rows["validation"]),
