@@ -9,20 +9,21 @@
 # command; every hyperparameter reaches a rule through `params:` (only the sub-dict it needs), so a
 # changed value reruns exactly the jobs that depend on it.
 
+import os
 import shutil
 import sys
 from pathlib import Path
 
-import yaml
-
+from leanlm import forkserver
 from leanlm.config import load_config, pretrain_settings, runs
+from leanlm.io import load_yaml
 from leanlm.provenance import code_version
 
 PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smoke.yaml"
 CFG = load_config(PARAMS_FILE)
 PROFILE = CFG["profile"]
 RUNS = {run.run_id: run for run in runs(CFG)}
-TABLES = yaml.safe_load(Path("params/tables.yaml").read_text())
+TABLES = load_yaml(Path("params/tables.yaml").read_text())
 
 # Rules call `leanlm`/`dvc` from the environment Snakemake itself runs in, even when it was started
 # as .venv/bin/snakemake without activating the venv.
@@ -32,6 +33,26 @@ wildcard_constraints:
     profile=PROFILE,
     run_id="|".join(sorted(RUNS, key=len, reverse=True)) or "NONE",
     family="[a-z0-9_]+",
+
+
+# Local runs: one warm leanlm process forks every job (leanlm/forkserver.py), which saves the ~3 s of
+# imports each of the several hundred jobs would pay. LEANLM_FORKSERVER=off turns it off.
+SERVER = {}
+
+
+onstart:
+    if workflow.local_exec and os.environ.get(forkserver.ENV) != "off":
+        SERVER["server"] = forkserver.start()
+        if SERVER["server"]:
+            os.environ[forkserver.ENV] = SERVER["server"][1]
+
+
+onsuccess:
+    forkserver.stop(SERVER.pop("server", None))
+
+
+onerror:
+    forkserver.stop(SERVER.pop("server", None))
 
 
 include: "workflow/rules/common.smk"

@@ -12,10 +12,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 from leanlm.errors import ConfigError, DataError
 from leanlm.hashing import HashCodebook, LSHHasher, MD5Hasher, NgramVocabulary, word_tokenize
+from leanlm.hashing.lsh import _circulant_argmax
 from leanlm.hashing.md5 import digest_bits, digest_buckets, hexdigest_bucket, md5_digests
 from leanlm.hashing.ngrams import char_ngrams, ngram_rolling_hashes, rolling_hash
 
@@ -109,6 +111,128 @@ def test_lsh_buckets_equal_the_dense_circulant_argmax():
         assert hasher.buckets(tokens, n_buckets, chunk_elements=4096).tolist() == np.argmax(x @ R, 1).tolist()
     assert np.array_equal(hasher.vocabulary.features(["play"]).toarray().sum(), len(char_ngrams("play")) -
                           sum(g not in hasher.vocabulary.index for g in char_ngrams("play")))
+
+
+def _reference_buckets(x, eta, n_buckets, chunk_elements=1 << 22):
+    """The first LSHHasher._buckets (kept here, not in the package, as the bit-identity reference):
+    per chunk of rows, gather the [|used n-grams|, N] rows of R from eta and let SciPy's
+    ``csr @ dense`` kernel sum them."""
+    offsets = np.arange(1, n_buckets + 1, dtype=np.int64)
+    n_rows = x.shape[0]
+    out = np.zeros(n_rows, dtype=np.int64)
+    rows_per_chunk = max(1, chunk_elements // (n_buckets * (x.nnz // max(1, n_rows) + 1)))
+    for start in range(0, n_rows, rows_per_chunk):
+        block = x[start:start + rows_per_chunk]
+        used = np.unique(block.indices)
+        if used.size == 0:
+            continue
+        columns = eta[(used[:, None] + offsets[None, :]) % eta.size]
+        local = sp.csr_matrix((block.data, np.searchsorted(used, block.indices), block.indptr),
+                              shape=(block.shape[0], used.size))
+        out[start:start + block.shape[0]] = np.asarray(local @ columns).argmax(axis=1)
+    return out
+
+
+def _random_words(n, seed):
+    """0-30 characters from a Zipf-skewed alphabet, so n-grams repeat within a word (counts > 1)."""
+    rng = np.random.default_rng(seed)
+    alphabet = np.array(list("etaoinshrdlucmfwypvbgkjqxzé"))
+    p = 1.0 / np.arange(1, alphabet.size + 1)
+    lengths = rng.integers(0, 31, size=n)
+    letters = alphabet[rng.choice(alphabet.size, size=int(lengths.sum()), p=p / p.sum())]
+    return ["".join(w) for w in np.split(letters, np.cumsum(lengths)[:-1])]
+
+
+@pytest.fixture(scope="module")
+def lsh_vocabularies():
+    """A paper-size n-gram vocabulary (d_x = 50,000) and a small one (d_x = 1,500)."""
+    big = LSHHasher.fit(Counter(_random_words(6000, 1)), seed=4)
+    small = LSHHasher.fit(Counter(_random_words(300, 2)), size=1500, seed=5)
+    assert (len(big.vocabulary), len(small.vocabulary)) == (50_000, 1_500)
+    return {"big": big, "small": small}
+
+
+# N below and above d_x for both vocabularies; fewer words where the reference is slow (large N).
+@pytest.mark.parametrize("vocab,n_buckets,n_words", [
+    ("big", 1_000, 3000), ("big", 4_096, 800), ("big", 50_000, 100), ("big", 50_007, 50),
+    ("small", 7, 3000), ("small", 1_000, 3000), ("small", 4_096, 2000), ("small", 50_000, 150)])
+def test_lsh_buckets_are_bit_identical_to_the_scipy_reference(lsh_vocabularies, vocab, n_buckets, n_words):
+    hasher = lsh_vocabularies[vocab]
+    words = _random_words(n_words, seed=n_buckets) + ["", "ÿÿÿ", "!?"]  # + all-zero feature rows
+    x = hasher.vocabulary.features(words)
+    assert x.data.max() > 1 and (np.diff(x.indptr) == 0).sum() >= 3  # counts > 1 and empty rows occur
+    want = _reference_buckets(x, hasher.rotator(n_buckets), n_buckets)
+    assert want.min() >= 0 and want.max() < n_buckets
+    assert np.array_equal(hasher.buckets(words, n_buckets), want)
+    assert np.array_equal(hasher.bits_and_buckets(words, n_buckets)[1], want)
+    assert (want[-3:] == 0).all()  # no known n-gram: bucket 0
+    # Small blocks (the per-position kernel) and one row at a time (the per-row kernel) agree too.
+    for chunk_elements in (4 * n_buckets + 3, 1):
+        assert np.array_equal(hasher.buckets(words[:400], n_buckets, chunk_elements), want[:400])
+
+
+def _count_matrix(n_rows, d_x, seed):
+    """Random counts 1..3, every 7th row all-zero."""
+    x = sp.random(n_rows, d_x, density=0.1, format="csr", random_state=seed, dtype=np.float64)
+    x.data = np.ceil(x.data * 3)
+    x = sp.diags((np.arange(n_rows) % 7 != 0).astype(np.float64)) @ x
+    x.eliminate_zeros()
+    return x.tocsr()
+
+
+def _circulant(eta, d_x, n_buckets):
+    return np.stack([eta[(np.arange(d_x) + i) % eta.size] for i in range(1, n_buckets + 1)], axis=1)
+
+
+# (40, 1 << 22) and (40, 200): the per-position kernel in one block / in blocks of 5 rows;
+# (40, 1) and (3000, ...): the per-row kernel.
+KERNELS = [(40, 1 << 22), (40, 200), (40, 1), (3000, 1 << 22)]
+
+
+@pytest.mark.parametrize("n_buckets,chunk_elements", KERNELS)
+def test_circulant_argmax_breaks_ties_to_the_lowest_bucket(n_buckets, chunk_elements):
+    d_x = 60
+    # A small-integer eta of period 6: scores are exact in any summation order, and every score
+    # recurs every 6 buckets, so each row's maximum is tied many times.
+    period = np.random.default_rng(n_buckets).integers(-3, 4, size=6).astype(np.float64)
+    eta = np.tile(period, max(d_x, n_buckets) // 6 + 1)[:max(d_x, n_buckets)]
+    x = _count_matrix(500, d_x, seed=1)
+    scores = x.toarray() @ _circulant(eta, d_x, n_buckets)
+    assert ((scores == scores.max(1, keepdims=True)).sum(1) > 1).all()  # every row ties
+    want = scores.argmax(1)  # the first maximum
+    assert (want[::7] == 0).all() and want.max() > 0
+    assert np.array_equal(_reference_buckets(x, eta, n_buckets), want)
+    assert np.array_equal(_circulant_argmax(x, eta, n_buckets, chunk_elements), want)
+
+
+@pytest.mark.parametrize("n_buckets,chunk_elements", KERNELS)
+def test_circulant_argmax_sums_in_csr_order_like_scipy(n_buckets, chunk_elements):
+    rng = np.random.default_rng(n_buckets)
+    d_x = 60
+    # +-2^53 next to small values: each score's rounding depends on the order of its terms.
+    eta = rng.choice([2.0**53, -2.0**53, 1.0, 3.0, -1.0, 0.5], size=max(d_x, n_buckets))
+    x = _count_matrix(500, d_x, seed=2)
+    # Non-canonical CSR (indices shuffled within rows, one entry repeated): the sums follow the
+    # stored order, as SciPy's kernel does.
+    indices, data, indptr = x.indices.copy(), x.data.copy(), x.indptr
+    for row in range(x.shape[0]):
+        lo, hi = indptr[row], indptr[row + 1]
+        perm = rng.permutation(hi - lo) + lo
+        indices[lo:hi], data[lo:hi] = indices[perm], data[perm]
+    x = sp.csr_matrix((np.r_[data, 2.0], np.r_[indices, indices[-1]], np.r_[indptr[:-1], indptr[-1] + 1]),
+                      shape=x.shape)
+    assert not x.has_sorted_indices
+    want = _reference_buckets(x, eta, n_buckets)
+    # The order matters here: sorted indices or a dense product change some argmaxes.
+    assert (_reference_buckets(x.sorted_indices(), eta, n_buckets) != want).any()
+    assert ((x.toarray() @ _circulant(eta, d_x, n_buckets)).argmax(1) != want).any()
+    assert np.array_equal(_circulant_argmax(x, eta, n_buckets, chunk_elements), want)
+
+
+def test_lsh_buckets_reject_a_non_positive_count():
+    hasher = LSHHasher.fit(Counter(["play"]))
+    with pytest.raises(ConfigError):
+        hasher.buckets(["play"], 0)
 
 
 def test_ngram_vocabulary_keeps_the_most_frequent_and_round_trips(tmp_path):

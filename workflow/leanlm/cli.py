@@ -171,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        # A local Snakemake run keeps a warm leanlm (leanlm.forkserver): hand the job to it if there is one.
+        from leanlm.forkserver import delegate
+
+        code = delegate(sys.argv[1:])
+        if code is not None:
+            return code
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

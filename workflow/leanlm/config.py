@@ -22,6 +22,7 @@ import jsonschema
 import yaml
 
 from leanlm import paths
+from leanlm.io import load_yaml
 from leanlm.errors import ConfigError
 
 # Run fields that override the profile's backbone size (e.g. an SHA run with one head).
@@ -73,7 +74,7 @@ def _read_yaml(path: Path) -> Any:
     if not path.is_file():
         raise ConfigError(f"params file {path} does not exist; profiles live in params/<profile>.yaml")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
 

@@ -28,11 +28,19 @@ def params_tables():
     return [path for name, spec in TABLES.items() if spec["kind"] == "params" for path in outputs_of(name)]
 
 
+def lm_eval_baselines():
+    """Ch. 4's Rnd. Guess / Majority rows, which aggregation writes when any run has lm_eval results."""
+    if any("lm_eval" in run.finetune for run in RUNS.values()):
+        return [f"results/{PROFILE}/baselines/lm_eval.json"]
+    return []
+
+
 rule aggregate:
     input:
         family_results(),
     output:
         f"results/{PROFILE}/all_runs.csv",
+        lm_eval_baselines(),
     params:
         code=code_version("reporting/aggregate"),
     shell:

@@ -44,7 +44,7 @@ from leanlm.data.glue_standins import _delete_span
 from leanlm.data.splitting import seeded_sample, task_rng
 from leanlm.data.text import dedupe_key, is_content_word, is_prose_sentence, split_sentences
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import read_jsonl, write_json, write_jsonl, write_text
+from leanlm.io import load_yaml, read_jsonl, write_json, write_jsonl, write_text
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ def build_lm_eval_tasks(
 def _load_task(task: str | Path) -> tuple[str, list[dict]]:
     path = Path(task)
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        config = load_yaml(path.read_text(encoding="utf-8"))
         data = Path(config["dataset_kwargs"]["data_files"]["test"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
         raise DataError(f"{path} is not a leanlm local lm-eval task ({err}); build it with build_lm_eval_tasks") from None

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from leanlm import paths
+from leanlm.io import load_yaml
 from leanlm.errors import ConfigError
 from leanlm.registry import Registry
 
@@ -153,7 +154,7 @@ def _load(files: tuple[tuple[str, int], ...]) -> tuple[Registry, dict[str, list[
     for path_str, _mtime in files:
         path = Path(path_str)
         try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+            doc = load_yaml(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(doc, dict) or not doc:

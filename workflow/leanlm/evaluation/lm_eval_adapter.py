@@ -37,6 +37,7 @@ from lm_eval.api.registry import register_model
 from tokenizers import Tokenizer
 from torch import nn
 
+from leanlm.io import load_yaml
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.scoring import model_device, rolling_windows, score_windows
 
@@ -205,7 +206,7 @@ def _task_files(include_path: str | os.PathLike | None) -> dict[str, Path]:
     found = {}
     for path in sorted(root.rglob("*.yaml")):
         try:
-            config = yaml.safe_load(path.read_text(encoding="utf-8"))
+            config = load_yaml(path.read_text(encoding="utf-8"))
         except yaml.YAMLError:
             continue  # a YAML with lm-eval tags (!function): not one of ours, lm-eval reads it itself
         if isinstance(config, dict) and isinstance(config.get("task"), str):
@@ -230,13 +231,11 @@ def _relocated(config: dict, yaml_path: Path) -> dict:
 def _task_specs(tasks: list[str], include_path) -> tuple[list, bool]:
     """What to hand TaskManager.load, and whether lm-eval's own task index is needed (it takes
     seconds to build, so it is only built when some task is not local)."""
-    import yaml
-
     local = _task_files(include_path)
     specs, needs_defaults = [], False
     for name in tasks:
         if name in local:
-            config = yaml.safe_load(local[name].read_text(encoding="utf-8"))
+            config = load_yaml(local[name].read_text(encoding="utf-8"))
             specs.append(_relocated(config, local[name]))
         elif name.startswith(LOCAL_PREFIX):
             raise ConfigError(f"lm-eval task {name!r} is one of our packaged stand-ins but there is no YAML for "

@@ -14,11 +14,23 @@ import warnings
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-from scipy import stats
-from sklearn import metrics as skm
 
 from leanlm.errors import DataError
 from leanlm.registry import Registry
+
+def skm():
+    """scikit-learn's metrics module, imported on first use: every job validates metric names through
+    this registry at start-up, and importing scikit-learn and SciPy there cost ~1.5 s a job."""
+    from sklearn import metrics
+
+    return metrics
+
+
+def _stats():
+    from scipy import stats
+
+    return stats
+
 
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
 METRICS: Registry[MetricFn] = Registry("metric")
@@ -27,20 +39,20 @@ METRICS: Registry[MetricFn] = Registry("metric")
 @METRICS.register("accuracy")
 def accuracy(predictions: np.ndarray, references: np.ndarray) -> float:
     """Fraction of exact matches (MNLI matched, QNLI, RTE, SST, ...)."""
-    return float(skm.accuracy_score(references, predictions))
+    return float(skm().accuracy_score(references, predictions))
 
 
 @METRICS.register("f1")
 def f1(predictions: np.ndarray, references: np.ndarray) -> float:
     """Binary F1 of the positive class 1 (QQP, MRPC): GLUE's convention."""
     # zero_division=0: a model that never predicts the positive class scores 0, without a warning.
-    return float(skm.f1_score(references, predictions, pos_label=1, average="binary", zero_division=0))
+    return float(skm().f1_score(references, predictions, pos_label=1, average="binary", zero_division=0))
 
 
 @METRICS.register("matthews")
 def matthews(predictions: np.ndarray, references: np.ndarray) -> float:
     """Matthews correlation coefficient (CoLA); 0 when undefined (a constant prediction)."""
-    return float(skm.matthews_corrcoef(references, predictions))
+    return float(skm().matthews_corrcoef(references, predictions))
 
 
 def _correlation(fn, predictions: np.ndarray, references: np.ndarray) -> float:
@@ -50,7 +62,7 @@ def _correlation(fn, predictions: np.ndarray, references: np.ndarray) -> float:
     if np.ptp(predictions) == 0 or np.ptp(references) == 0:
         return 0.0
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", stats.ConstantInputWarning)
+        warnings.simplefilter("ignore", _stats().ConstantInputWarning)
         value = float(fn(predictions, references)[0])
     return 0.0 if math.isnan(value) else value
 
@@ -58,13 +70,13 @@ def _correlation(fn, predictions: np.ndarray, references: np.ndarray) -> float:
 @METRICS.register("spearman")
 def spearman(predictions: np.ndarray, references: np.ndarray) -> float:
     """Spearman rank correlation (STS-B), ties given their average rank."""
-    return _correlation(stats.spearmanr, predictions, references)
+    return _correlation(_stats().spearmanr, predictions, references)
 
 
 @METRICS.register("pearson")
 def pearson(predictions: np.ndarray, references: np.ndarray) -> float:
     """Pearson correlation (STS-B's second metric)."""
-    return _correlation(stats.pearsonr, predictions, references)
+    return _correlation(_stats().pearsonr, predictions, references)
 
 
 def _as_array(values: Iterable, what: str, metric: str) -> np.ndarray:

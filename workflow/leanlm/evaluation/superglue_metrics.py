@@ -23,10 +23,9 @@ from collections import defaultdict
 from typing import Sequence
 
 import numpy as np
-from sklearn import metrics as skm
 
 from leanlm.errors import DataError
-from leanlm.evaluation.metrics import METRICS
+from leanlm.evaluation.metrics import METRICS, skm
 
 
 def attach_groups(rows: Sequence[dict], values: Sequence) -> np.ndarray | list:
@@ -70,13 +69,13 @@ def _labels(values: np.ndarray) -> np.ndarray:
 @METRICS.register("macro_f1")
 def macro_f1(predictions: np.ndarray, references: np.ndarray) -> float:
     """Unweighted mean of per-class F1 over the classes seen in either array (CB)."""
-    return float(skm.f1_score(_labels(references), _labels(predictions), average="macro", zero_division=0))
+    return float(skm().f1_score(_labels(references), _labels(predictions), average="macro", zero_division=0))
 
 
 @METRICS.register("f1a")
 def f1a(predictions: np.ndarray, references: np.ndarray) -> float:
     """Binary F1 of the "true" class (1) over all answer options (MultiRC's F1a)."""
-    return float(skm.f1_score(_labels(references), _labels(predictions), pos_label=1, average="binary",
+    return float(skm().f1_score(_labels(references), _labels(predictions), pos_label=1, average="binary",
                               zero_division=0))
 
 

@@ -1,7 +1,8 @@
 """``python -m leanlm.hashing.bench``: how fast hashing and hash-embedded pretraining steps are.
 
 1. Hash bits for 10^5 distinct tokens (pseudo-words of 3-11 letters): MD5 (HMAC) and LSH (fitting
-   the top-50K n-gram vocabulary is timed separately: it happens once per corpus).
+   the top-50K n-gram vocabulary is timed separately: it happens once per corpus); and LSH's Emb
+   buckets (argmax over N = 50,000 circulant hyperplanes) per word, on 2,000 other pseudo-words.
 2. One Shuffle+Random pretraining step (forward, backward, AdamW) of the smoke-size BERT
    (params/smoke.yaml: 2 layers, d 64, 4 heads of 16, FFN 256; batch 32 x 64 tokens) with the
    ``hash_proj`` embedding over the ``standard`` one, and the data-side gather of the bits per batch.
@@ -53,7 +54,7 @@ def timed(fn, repeat: int = 3) -> float:
     return best
 
 
-def bench_hashing(n_tokens: int) -> dict:
+def bench_hashing(n_tokens: int, bucket_words: int = 2000, n_buckets: int = 50_000) -> dict:
     tokens = pseudo_words(n_tokens)
     md5 = MD5Hasher()
     start = time.perf_counter()
@@ -64,9 +65,13 @@ def bench_hashing(n_tokens: int) -> dict:
         lsh._planes = None  # include drawing the hyperplanes
         lsh.bits(tokens)
 
+    # Buckets are computed once per distinct word (the codebook caches them): time per word.
+    words = pseudo_words(bucket_words, seed=1)
+    buckets_s = timed(lambda: lsh.buckets(words, n_buckets))
     return {"tokens": n_tokens, "md5_bits_s": timed(lambda: md5.bits(tokens)),
             "lsh_bits_s": timed(lsh_bits), "lsh_fit_ngrams_s": fit,
-            "lsh_ngrams": len(lsh.vocabulary)}
+            "lsh_ngrams": len(lsh.vocabulary), "lsh_bucket_words": bucket_words,
+            "lsh_buckets": n_buckets, "lsh_buckets_ms_per_word": 1e3 * buckets_s / bucket_words}
 
 
 class StepRunner:
@@ -124,12 +129,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--bucket-words", type=int, default=2000, help="words for the LSH bucket timing")
+    parser.add_argument("--buckets", type=int, default=50_000, help="N of the LSH bucket timing")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = {"hashing": bench_hashing(args.tokens), "pretraining_step": bench_pretraining(args.steps)}
+    result = {"hashing": bench_hashing(args.tokens, args.bucket_words, args.buckets),
+              "pretraining_step": bench_pretraining(args.steps)}
     print(json.dumps(result, indent=2))
     if args.out:
         write_json(args.out, result)
