@@ -68,6 +68,25 @@ def test_client_with_other_import_time_environment_runs_in_its_own_process(serve
     assert "TORCH_IN_CLIENT=True" in result.stderr
 
 
+def test_per_job_thread_counts_do_not_refuse_the_server(server):
+    """Snakemake exports OMP/MKL/OpenBLAS thread counts per job; the child applies them itself."""
+    result = client(["validate"], server[1], OMP_NUM_THREADS="1", MKL_NUM_THREADS="3", OPENBLAS_NUM_THREADS="2")
+    assert result.returncode == 0, result.stderr
+    assert "TORCH_IN_CLIENT=False" in result.stderr
+
+
+def test_child_applies_the_thread_count(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        forkserver._apply_thread_count()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_no_server_means_in_process(monkeypatch, tmp_path):
     monkeypatch.delenv(forkserver.ENV, raising=False)
     assert forkserver.delegate(["validate"]) is None
@@ -97,5 +116,6 @@ def test_server_exits_when_its_parent_is_gone(tmp_path):
 
 
 def test_import_time_env_selects_library_switches():
-    env = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/bin", "MPLBACKEND": "Agg", "TORCH_HOME": "/t"}
+    env = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/bin", "MPLBACKEND": "Agg", "TORCH_HOME": "/t",
+           "MKL_NUM_THREADS": "1"}
     assert forkserver.import_time_env(env) == {"HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg", "TORCH_HOME": "/t"}

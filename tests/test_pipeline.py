@@ -132,9 +132,20 @@ def planned_wildcards(project, rule: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def built(project):
-    snakemake(project)
+def build_log(project):
+    return snakemake(project)
+
+
+@pytest.fixture(scope="module")
+def built(project, build_log):
     return project
+
+
+def test_jobs_run_through_the_warm_leanlm(build_log):
+    """Every job of the local run was forked from the fork server (leanlm.forkserver), none refused."""
+    log = build_log
+    assert "leanlm: fork server ready" in log
+    assert "not using the fork server" not in log
 
 
 def test_full_run_renders_tables_from_real_runs(built):

@@ -30,12 +30,20 @@ MODEL_OVERRIDES = ("n_layers", "n_heads", "head_dim", "d_model")
 # Run fields that are not model settings (ch. 2's runs override the experiment's objective and
 # tokenizer, pick a profile pretrain variant, or need the hub: see `runs` and `absent_runs`).
 RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers", "objective", "tokenizer",
-                   "pretrain_variant", "requires_hub", "hub_checkpoint")
+                   "pretrain_variant", "requires_hub", "hub_checkpoint", "pretrain_data")
 # Objectives with no pretrain.<objective> block: `none` writes an initialised model (ProFormer is
 # trained from scratch on each task), `hub` saves a pretrained hub checkpoint (CANINE-C).
 BLOCKLESS_OBJECTIVES = ("none", "hub")
 # The attention a run gets when it names none: the thesis's standard softmax attention.
 DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen": "standard"}
+# Named pretraining data (an experiment's ``pretrain_data``, ch. 4's SlimPajama and Pythia BPE): the
+# profile keys that define the names, and what a run may do with them. Objectives that pack the corpus
+# may read a named corpus; a named tokenizer travels with the model (models/<profile>/<run>/tokenizer.json),
+# and only the families that read it from there (ch. 4's lm_eval and analysis) may evaluate such a model.
+PRETRAIN_DATA_KEYS = {"corpus": "corpora", "tokenizer": "tokenizers"}
+PRETRAIN_DATA_OBJECTIVES = ("mlm", "causal_lm", "shuffle_random")
+NAMED_TOKENIZER_OBJECTIVES = ("causal_lm",)
+NAMED_TOKENIZER_FAMILIES = ("lm_eval", "analysis")
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,8 @@ class Run:
     pretrain_variant: str = ""        # profile pretrain_variants.<name> laid over pretrain.<objective>
     finetune_variants: dict = field(default_factory=dict, hash=False)  # family -> finetune_variants.<name>
     hub_checkpoint: str = ""          # objective hub: the checkpoint it loads (e.g. google/canine-c)
+    pretrain_corpus: str = ""         # data.corpora.<name> it pretrains on; "": the profile's corpus
+    pretrain_tokenizer: str = ""      # data.tokenizers.<name> it pretrains with; "": the profile's tokenizer
 
     @property
     def run_id(self) -> str:
@@ -232,6 +242,7 @@ def _check_combinations(config: dict, path: Path) -> None:
                     f"{e}-{r}" for e, x in config["_matrix"].items() for r in x["runs"]}:
                 raise ConfigError(f"{where}: run {run_name!r} evaluates {target!r}, which is no run of this "
                                   f"experiment or profile")
+    _check_pretrain_data(config, path)
     _check_variants(config, path)
     for run in runs(config):
         m = run.model
@@ -285,6 +296,12 @@ def _check_evaluated_runs(config: dict, path: Path) -> None:
                 raise ConfigError(f"{path}: run {run.run_id} evaluates {target.run_id}'s model but describes another: "
                                   + ", ".join(f"{k} = {run.model.get(k)!r} vs {target.model.get(k)!r}" for k in differ)
                                   + "; give it the same size, attention and layout")
+            data = (run.pretrain_corpus, run.pretrain_tokenizer)
+            if data != (target.pretrain_corpus, target.pretrain_tokenizer):
+                theirs = (target.pretrain_corpus, target.pretrain_tokenizer)
+                raise ConfigError(f"{path}: run {run.run_id} evaluates {target.run_id}'s model but names other "
+                                  f"pretraining data (corpus, tokenizer; '' = the profile's): {data} vs {theirs}; "
+                                  f"give it the same pretrain_data")
         if run.skip_simple_layers:
             kinds = layer_kinds(run.model.get("layout", "uniform"), run.model["n_layers"]) \
                 if run.backbone == "qwen" else []
@@ -292,6 +309,75 @@ def _check_evaluated_runs(config: dict, path: Path) -> None:
                 raise ConfigError(f"{path}: run {run.run_id} has skip_simple_layers but its model (backbone "
                                   f"{run.backbone}, layout {run.model.get('layout', 'uniform')!r}) is no hybrid of "
                                   f"simple and standard layers (ch. 4's Qwen decoder with e.g. layout: even)")
+
+
+def _pretrain_data_fields(experiment: dict, fields: dict) -> dict:
+    """The run's ``pretrain_data`` (its own, or its defaults', over the experiment's)."""
+    return {**experiment.get("pretrain_data", {}), **fields.get("pretrain_data", {})}
+
+
+def _experiment_file(name: str) -> str:
+    """The params/experiments/*.yaml file defining experiment ``name`` (for error messages)."""
+    for candidate in sorted((paths.params_dir() / "experiments").glob("*.yaml")):
+        doc = _read_yaml(candidate) or {}
+        if name in doc:
+            return str(candidate.relative_to(paths.project_root()))
+    return "params/experiments"
+
+
+def _check_pretrain_data(config: dict, path: Path) -> None:
+    """An experiment's ``pretrain_data`` names data the profile defines (when the profile defines any of
+    that kind), and is used where its data can be honoured: see PRETRAIN_DATA_OBJECTIVES and
+    NAMED_TOKENIZER_FAMILIES."""
+    for name, experiment in config["_matrix"].items():
+        for run_name, run_fields in experiment["runs"].items():
+            fields = _run_fields(experiment, run_fields)
+            named = _pretrain_data_fields(experiment, fields)
+            if not named:
+                continue
+
+            def where(name=name, run_name=run_name) -> str:  # only on error: it reads params/experiments/
+                return f"{_experiment_file(name)} (experiment {name!r}, run {run_name!r})"
+
+            for kind, value in named.items():
+                profile_key = PRETRAIN_DATA_KEYS.get(kind)
+                if profile_key is None:
+                    raise ConfigError(f"{where()}: key pretrain_data.{kind} is not allowed; allowed keys: "
+                                      f"{', '.join(PRETRAIN_DATA_KEYS)}")
+                defined = config["data"].get(profile_key)
+                if defined is not None and value not in defined:
+                    raise ConfigError(f"{where()}: key pretrain_data.{kind} = {value!r} is not defined by {path} "
+                                      f"(key data.{profile_key}); allowed: {', '.join(map(repr, sorted(defined))) or 'none'}")
+            objective = fields.get("objective", experiment["objective"])
+            if objective not in PRETRAIN_DATA_OBJECTIVES:
+                raise ConfigError(f"{where()}: pretrain_data needs an objective that pretrains on the packed corpus "
+                                  f"({', '.join(PRETRAIN_DATA_OBJECTIVES)}), not {objective!r}")
+            tokenizer = fields.get("tokenizer", experiment.get("tokenizer", "profile"))
+            if tokenizer != "profile":
+                raise ConfigError(f"{where()}: pretrain_data needs tokenizer: profile (the run's inputs come from the named "
+                                  f"data), not {tokenizer!r}")
+            if "tokenizer" in named:
+                if objective not in NAMED_TOKENIZER_OBJECTIVES:
+                    raise ConfigError(f"{where()}: pretrain_data.tokenizer needs objective "
+                                      f"{' or '.join(NAMED_TOKENIZER_OBJECTIVES)} (packing with the tokenizer's "
+                                      f"end-of-text token), not {objective!r}")
+                other = [f for f in experiment["finetune"] if f not in NAMED_TOKENIZER_FAMILIES]
+                if other:
+                    raise ConfigError(f"{where()}: pretrain_data.tokenizer is read back from the model directory by the "
+                                      f"{' and '.join(NAMED_TOKENIZER_FAMILIES)} families only; families "
+                                      f"{', '.join(other)} would encode with the profile's tokenizer")
+
+
+def named_pretrain_data(config: dict, run: Run) -> dict:
+    """``{"corpus": {name: settings}, "tokenizer": {name: settings}}`` of the named data run ``run``
+    pretrains with (only the kinds it names and the profile defines): what the pretrain rule passes
+    as params, so changing SlimPajama's settings reruns only the runs that read it."""
+    out = {}
+    if run.pretrain_corpus:
+        out["corpus"] = {run.pretrain_corpus: config["data"]["corpora"][run.pretrain_corpus]}
+    if run.pretrain_tokenizer:
+        out["tokenizer"] = {run.pretrain_tokenizer: config["data"]["tokenizers"][run.pretrain_tokenizer]}
+    return out
 
 
 def _check_variants(config: dict, path: Path) -> None:
@@ -341,6 +427,10 @@ def runs(config: dict) -> list[Run]:
             target = fields.get("evaluate_from", "")
             if target and "-" not in target:
                 target = f"{experiment_name}-{target}"
+            # Named data the profile defines; a profile without data.corpora/tokenizers uses its own.
+            named = _pretrain_data_fields(experiment, fields)
+            corpus = named.get("corpus", "")
+            tokenizer = named.get("tokenizer", "")
             out.append(
                 Run(
                     experiment=experiment_name,
@@ -356,6 +446,8 @@ def runs(config: dict) -> list[Run]:
                     pretrain_variant=fields.get("pretrain_variant", ""),
                     finetune_variants=dict(experiment.get("finetune_variants", {})),
                     hub_checkpoint=fields.get("hub_checkpoint", ""),
+                    pretrain_corpus=corpus if corpus in config["data"].get("corpora", {}) else "",
+                    pretrain_tokenizer=tokenizer if tokenizer in config["data"].get("tokenizers", {}) else "",
                 )
             )
     return out

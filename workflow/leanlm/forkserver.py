@@ -17,7 +17,8 @@ Safety rules, each for a reason:
 - Libraries read some environment variables once, at import (Hugging Face offline switches, thread
   counts, the matplotlib backend). The server answers only clients whose values of those variables
   (:func:`import_time_env`) equal its own; any other client runs in its own process as before. Thread
-  counts are the exception: the child applies ``OMP_NUM_THREADS`` with ``torch.set_num_threads``.
+  counts (:data:`THREAD_COUNT_VARS`, which Snakemake sets per job) are the exception: the child applies
+  them to torch's pool and, through threadpoolctl, to the OpenMP/BLAS pools already loaded.
 - A child dies with its client: it watches the connection and exits when the client goes away, and
   the client forwards SIGINT/SIGTERM/SIGHUP to it, so Snakemake's cancel reaches the real job.
 - The server exits when the Snakemake process that started it is gone (``--parent``), on SIGTERM, and
@@ -53,9 +54,30 @@ IMPORT_TIME_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "DATASETS_", "TO
 _HEADER = struct.Struct("!I")
 
 
+# Thread counts are set per job (Snakemake exports OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS,
+# ... from each rule's `threads`): the child applies them itself (:func:`_apply_thread_count`).
+THREAD_COUNT_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
 def import_time_env(env: dict[str, str]) -> dict[str, str]:
     """The variables of ``env`` that imported libraries may already have read (see module doc)."""
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES)}
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in THREAD_COUNT_VARS}
+
+
+def _apply_thread_count() -> None:
+    """Give the job the thread count its environment asks for, as a fresh process would have read it:
+    torch's intra-op pool, and the OpenMP/BLAS pools numpy and SciPy loaded in the server."""
+    value = os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS") or ""
+    if not value.isdigit() or int(value) < 1:
+        return
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(value))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(int(value))
 
 
 def _send(conn: socket.socket, obj: dict, fds: list[int] | None = None) -> None:
@@ -143,9 +165,7 @@ def _run_child(conn: socket.socket, request: dict, fds: list[int], added: dict[s
     os.environ.clear()
     os.environ.update({**added, **request["env"]})
     sys.argv = ["leanlm", *request["argv"]]
-    threads = os.environ.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(int(threads))
+    _apply_thread_count()
     _send(conn, {"pid": os.getpid()})
 
     def watch_client():  # the client only ever closes the connection: then the job must stop
@@ -215,6 +235,7 @@ def _handle(conn: socket.socket, listener: socket.socket, server_env: dict[str, 
 
 def serve(path: str, parent: int | None = None, preload: tuple[str, ...] = PRELOAD) -> None:
     """Preload, listen on the Unix socket ``path`` and fork one child per request until told to stop."""
+    began = time.monotonic()
     before = dict(os.environ)
     for name in preload:
         try:
@@ -235,6 +256,8 @@ def serve(path: str, parent: int | None = None, preload: tuple[str, ...] = PRELO
     listener.bind(str(tmp))
     listener.listen(64)
     os.replace(tmp, sock_path)
+    print(f"leanlm: fork server ready ({len(preload)} modules preloaded in {time.monotonic() - began:.1f} s); "
+          f"jobs fork from it", file=sys.stderr, flush=True)
     listener.settimeout(1.0)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -3,8 +3,17 @@
 # or `dvc checkout` (which resets file times) never re-triggers training, while a changed data
 # setting does.
 
-DATA_PARAMS = {"source": CFG["source"], "data": CFG["data"], "tasks": {f: s["tasks"] for f, s in CFG["finetune"].items()}}
+from leanlm.config import named_pretrain_data
+from leanlm.data.pretrain_data import NAMED_KINDS, STAGE_CODE, check_dvc_stages
+
+# Named pretraining data (data.corpora, data.tokenizers: ch. 4's SlimPajama and Pythia BPE) is left out
+# of DATA_PARAMS: only the runs that read it take it as params (run_data_params), so changing it reruns
+# those runs and nothing else.
+DATA_PARAMS = {"source": CFG["source"], "data": {k: v for k, v in CFG["data"].items() if k not in NAMED_KINDS},
+               "tasks": {f: s["tasks"] for f, s in CFG["finetune"].items()}}
 DATA_DIRS = [f"data/{PROFILE}/{d}" for d in ("raw", "corpus", "tokenizer", "tasks")]
+NAMED_DATA = {kind: CFG["data"].get(kind) or {} for kind in NAMED_KINDS}
+check_dvc_stages(CFG, "dvc.yaml")  # its stages corpora@<profile>, tokenizers@<profile> must exist
 
 
 rule data:
@@ -17,5 +26,44 @@ rule data:
         "dvc repro --single-item fetch@{PROFILE} corpus@{PROFILE} tokenizer@{PROFILE} tasks@{PROFILE}"
 
 
+# One rule per kind (DVC stage corpora@<profile> / tokenizers@<profile>, leanlm.data.pretrain_data), so a
+# changed tokenizer never deletes and re-streams the corpus. Defined only for profiles that name any.
+if NAMED_DATA["corpora"]:
+
+    rule data_corpora:
+        output:
+            directory(f"data/{PROFILE}/corpora"),
+        params:
+            corpora=NAMED_DATA["corpora"],
+            code=code_version(*STAGE_CODE["corpora"]),
+        shell:
+            "dvc repro --single-item corpora@{PROFILE}"
+
+
+if NAMED_DATA["tokenizers"]:
+
+    rule data_tokenizers:
+        output:
+            directory(f"data/{PROFILE}/tokenizers"),
+        params:
+            tokenizers=NAMED_DATA["tokenizers"],
+            code=code_version(*STAGE_CODE["tokenizers"]),
+        shell:
+            "dvc repro --single-item tokenizers@{PROFILE}"
+
+
 def data_inputs(*names):
     return [ancient(f"data/{PROFILE}/{name}") for name in names]
+
+
+def run_data_inputs(wildcards):
+    """The named corpus/tokenizer folders of a run whose experiment names them (none otherwise)."""
+    run = RUNS[wildcards.run_id]
+    kinds = [kind for kind, name in (("corpora", run.pretrain_corpus), ("tokenizers", run.pretrain_tokenizer)) if name]
+    return data_inputs(*kinds)
+
+
+def run_data_params(wildcards):
+    """DATA_PARAMS, plus for a run with named data the settings of exactly that corpus and tokenizer."""
+    named = named_pretrain_data(CFG, RUNS[wildcards.run_id])
+    return {**DATA_PARAMS, "pretrain_data": named} if named else DATA_PARAMS

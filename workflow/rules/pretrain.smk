@@ -6,6 +6,8 @@ rule pretrain:
     input:
         # tasks: the translation objective trains on a task's train split.
         data_inputs("corpus", "tokenizer", "tasks"),
+        # ch. 4: the named corpus and tokenizer (SlimPajama, Pythia BPE) where the profile defines them.
+        run_data_inputs,
     output:
         model="models/{profile}/{run_id}/model.safetensors",
         config="models/{profile}/{run_id}/config.json",
@@ -15,8 +17,8 @@ rule pretrain:
         pretrain=lambda w: pretrain_settings(CFG, RUNS[w.run_id]),
         # ch. 2 runs choose their objective, tokenizer (words, pieces, hash codebook) and hub checkpoint.
         inputs=lambda w: {k: getattr(RUNS[w.run_id], k) for k in ("objective", "tokenizer", "hub_checkpoint")},
-        data=DATA_PARAMS,
-        code=code_version("modeling", "training", "data/tokenizer", "hashing"),
+        data=run_data_params,
+        code=code_version("modeling", "training", "data/tokenizer", "data/pretrain_data", "hashing"),
     threads: 1
     resources:
         gpu=1 if PROFILE == "paper" else 0,

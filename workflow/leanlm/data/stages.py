@@ -11,6 +11,9 @@ half-written or stale mix of files behind.
 - tokenizer -> tokenizer/tokenizer.json + META.json
 - tasks     -> tasks/<task>/{train,validation,test}.jsonl + META.json for every finetune.*.tasks entry
              (ch. 4's lm-eval families: tasks/lm_eval/, leanlm.data.lm_eval_stage)
+
+Profiles that name pretraining data (``data.corpora``, ``data.tokenizers``: ch. 4's SlimPajama and
+Pythia BPE) have two more stages, ``corpora`` and ``tokenizers`` (:mod:`leanlm.data.pretrain_data`).
 """
 
 from __future__ import annotations
@@ -183,9 +186,17 @@ _STAGE_FUNCTIONS = {"fetch": stage_fetch, "corpus": stage_corpus, "tokenizer": s
 
 
 def run_stage(stage: str, config: dict) -> None:
-    """Run one data stage for the profile ``config`` (the whole validated params dict)."""
+    """Run one data stage for the profile ``config`` (the whole validated params dict).
+
+    ``corpora`` and ``tokenizers`` prepare the profile's named pretraining data (ch. 4's SlimPajama and
+    Pythia BPE: :mod:`leanlm.data.pretrain_data`)."""
+    from leanlm.data.pretrain_data import NAMED_KINDS, run_named_stage
+
+    if stage in NAMED_KINDS:
+        run_named_stage(stage, config)
+        return
     if stage not in _STAGE_FUNCTIONS:
-        raise ConfigError(f"unknown data stage {stage!r}; stages: {', '.join(STAGES)}")
+        raise ConfigError(f"unknown data stage {stage!r}; stages: {', '.join(STAGES + NAMED_KINDS)}")
     source = _get(config, "source")
     if source not in ("packaged", "hub"):
         raise ConfigError(f"key source = {source!r}; allowed: 'packaged', 'hub'")

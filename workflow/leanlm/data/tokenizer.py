@@ -10,6 +10,10 @@
 Either way ``encode(a)`` gives ``[CLS] a [SEP]`` and ``encode(a, b)`` gives ``[CLS] a [SEP] b [SEP]``
 with type ids 0 for the first segment and 1 for the second. :func:`load_tokenizer` is what training
 code calls.
+
+A profile's named tokenizers (``data.tokenizers``, ch. 4's Pythia BPE: :mod:`leanlm.data.pretrain_data`)
+come through :func:`hub_tokenizer` too but need not be BERT-style: Pythia's has no [CLS]/[SEP]/[MASK],
+only ``<|endoftext|>`` (:data:`EOS_TOKENS`), which separates documents when a causal LM is pretrained.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from leanlm.errors import DataError
 from leanlm.io import atomic_path, write_json
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# End-of-text tokens of BPE vocabularies without BERT's special tokens (GPT-2/Pythia, then RoBERTa/Llama style).
+EOS_TOKENS = ("<|endoftext|>", "</s>")
 TOKENIZER_FILE = "tokenizer.json"
 _BIGRAM = re.compile(r"(?=(\S\S))")  # every pair of adjacent non-space characters
 
@@ -112,8 +118,9 @@ def train_wordpiece(texts: Callable[[], Iterable[str]], vocab_size: int, lowerca
     return tokenizer
 
 
-def hub_tokenizer(name: str, profile: str) -> Tokenizer:
-    """The backend (``tokenizers``) tokenizer of hub tokenizer ``name``; fails fast when offline."""
+def hub_tokenizer(name: str, profile: str, key: str = "data.tokenizer.name") -> Tokenizer:
+    """The backend (``tokenizers``) tokenizer of hub tokenizer ``name`` (the profile's ``key``); fails
+    fast when offline."""
     from leanlm.data.hub import ensure_hub_reachable
 
     ensure_hub_reachable(f"tokenizer {name}", profile)
@@ -122,10 +129,10 @@ def hub_tokenizer(name: str, profile: str) -> Tokenizer:
     try:
         hf = AutoTokenizer.from_pretrained(name, use_fast=True)
     except Exception as exc:  # transformers raises OSError/ValueError/HTTP errors; report them as data errors
-        raise DataError(f"could not load hub tokenizer {name!r} (data.tokenizer.name): {exc}") from exc
+        raise DataError(f"could not load hub tokenizer {name!r} ({key}): {exc}") from exc
     backend = getattr(hf, "backend_tokenizer", None)
     if backend is None:
-        raise DataError(f"hub tokenizer {name!r} has no fast (tokenizers) version; choose another data.tokenizer.name")
+        raise DataError(f"hub tokenizer {name!r} has no fast (tokenizers) version; choose another {key}")
     return backend
 
 
@@ -140,6 +147,32 @@ def special_token_ids(tokenizer: Tokenizer) -> dict[str, int]:
     return ids
 
 
+def eos_token_id(tokenizer: Tokenizer) -> int | None:
+    """Id of the tokenizer's end-of-text token (the first of :data:`EOS_TOKENS` it has), or None."""
+    for token in EOS_TOKENS:
+        index = tokenizer.token_to_id(token)
+        if index is not None:
+            return index
+    return None
+
+
+def is_bert_style(tokenizer: Tokenizer) -> bool:
+    """True when the tokenizer has all of BERT's special tokens ([PAD] [UNK] [CLS] [SEP] [MASK])."""
+    return all(tokenizer.token_to_id(token) is not None for token in SPECIAL_TOKENS)
+
+
+def stored_special_ids(tokenizer: Tokenizer) -> dict[str, int]:
+    """The special-token ids META.json records: BERT's five roles, or for an end-of-text BPE (Pythia)
+    ``{"eos": id}`` (DataError when it has neither)."""
+    if is_bert_style(tokenizer):
+        return special_token_ids(tokenizer)
+    eos = eos_token_id(tokenizer)
+    if eos is None:
+        raise DataError(f"the tokenizer has neither BERT's special tokens {SPECIAL_TOKENS} nor an end-of-text "
+                        f"token {EOS_TOKENS}; one of them is needed to mark document boundaries")
+    return {"eos": eos}
+
+
 def save_tokenizer(tokenizer: Tokenizer, out_dir: Path, meta: dict) -> Path:
     """Write tokenizer.json and META.json (kind, vocabulary size, special-token ids) atomically."""
     path = Path(out_dir) / TOKENIZER_FILE
@@ -148,7 +181,7 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: Path, meta: dict) -> Path:
     write_json(Path(out_dir) / "META.json", {
         **meta,
         "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
-        "special_token_ids": special_token_ids(tokenizer),
+        "special_token_ids": stored_special_ids(tokenizer),
     })
     return path
 

@@ -3,7 +3,8 @@ written to ``results/<profile>/runs/<run_id>/analysis.json`` (by :func:`leanlm.t
 
 The held-out text is the lm_eval family's WikiText task (params/tasks/lm_eval.yaml, family analysis): lm-eval's
 ``wikitext`` in the paper profile, the packaged ``leanlm_wikitext`` stand-in otherwise, its documents
-read through lm-eval (the first ``limit``) and tokenised as the lm-eval adapter tokenises them. The one
+read through lm-eval (the first ``limit``) and tokenised as the lm-eval adapter tokenises them, with the
+tokenizer the model was trained with (:func:`leanlm.training.run_tokenizer.evaluation_tokenizer`). The one
 result (``task: attention_analysis``, seed-independent) holds
 
 - ``metrics``: ``perplexity`` (word perplexity of the documents at the model's full context, the
@@ -65,7 +66,9 @@ class AttentionAnalysisRunner(TaskRunner):
         from leanlm.evaluation.indicators import context_length_perplexity
         from leanlm.evaluation.lm_eval_adapter import LeanLMEvalAdapter
         from leanlm.evaluation.lm_eval_baselines import load_lm_eval_tasks
+        from leanlm.training.run_tokenizer import evaluation_tokenizer
 
+        tokenizer = evaluation_tokenizer(config, run_id, tokenizer)  # the one the model was trained with
         settings = config["finetune"][family]
         spec = get_task(task)
         name, include = task_location(config, task)

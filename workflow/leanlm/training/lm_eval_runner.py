@@ -6,7 +6,9 @@ left out for Table 4.1's SKIP) is scored by lm-eval with our adapter
 (:func:`leanlm.evaluation.lm_eval_adapter.run_lm_eval`): the paper profile runs lm-eval's own task by
 its name (``hub.task``), offline profiles the local-JSON stand-in the tasks stage wrote under
 ``data/<profile>/tasks/lm_eval/`` (:mod:`leanlm.data.lm_eval_stage`). The result does not depend on
-the seed, so it runs once (``seeded = False``).
+the seed, so it runs once (``seeded = False``). The text is encoded with the tokenizer the model was
+trained with (:func:`leanlm.training.run_tokenizer.evaluation_tokenizer`: ch. 4's Pythia BPE where the
+profile names it, saved with the model; else the profile's).
 
 Each per-task result (in ``results/<profile>/runs/<run_id>/lm_eval.json``, written by
 :func:`leanlm.training.finetune.finetune`) holds ``metrics``: the task's metrics as lm-eval names them
@@ -136,7 +138,10 @@ class LMEvalRunner(TaskRunner):
     seeded = False
 
     def __call__(self, config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
+        from leanlm.training.run_tokenizer import evaluation_tokenizer
+
         spec = get_task(task)
+        tokenizer = evaluation_tokenizer(config, run_id, tokenizer)  # the one the model was trained with
         scores, baselines, seconds = _family_scores(config, run_id, family, tokenizer)
         name, _ = task_location(config, task)
         if name not in scores:

@@ -6,15 +6,20 @@ Objectives are registered by name in :data:`OBJECTIVES` (the ``objective`` of an
 their own modules. An objective says which model head it trains, how it turns the packed corpus into
 batches, and how it scores the validation split.
 
-Reads the profile's corpus and tokenizer, packs the training documents into full-length sequences,
-trains with the shared engine (checkpoints + resume after a kill), and writes
+Reads the run's corpus and tokenizer (the profile's, or the named ones its experiment's ``pretrain_data``
+picks and the profile defines: ch. 4's SlimPajama and Pythia BPE, :mod:`leanlm.data.pretrain_data`),
+packs the training documents into full-length sequences ([CLS] ... [SEP] rows for BERT-style
+tokenizers; ``EOS d1 EOS d2 ...`` for an end-of-text BPE, :mod:`leanlm.training.eos_packing`), trains
+with the shared engine (checkpoints + resume after a kill), and writes
 
-- ``models/<profile>/<run_id>/{model.safetensors,config.json}`` (loadable with one call), and
+- ``models/<profile>/<run_id>/{model.safetensors,config.json}`` (loadable with one call; plus
+  ``tokenizer.json`` for a run with a named tokenizer, which evaluation reads: training.run_tokenizer), and
 - ``results/<profile>/runs/<run_id>/pretrain.json`` (config, summary, validation MLM loss,
   parameter counts, timing, hardware).
 
-Packing holds the token ids in memory (int32): fine for the packaged corpus and for a paper-scale
-run on a GPU node with enough RAM (about 4 bytes per token).
+[CLS]/[SEP] packing holds the token ids in memory: fine for the packaged corpus. End-of-text packing
+reads a memory-mapped token stream built once per (tokenizer, split), so SlimPajama's ~16B tokens never
+sit in memory.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import torch
 
 from leanlm import paths
 from leanlm.config import get_run, pretrain_settings, public
+from leanlm.data.pretrain_data import embedding_rows, run_data
+from leanlm.data.tokenizer import eos_token_id, load_tokenizer
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import write_json
 from leanlm.modeling.checkpoint import save_checkpoint
@@ -36,9 +43,11 @@ from leanlm.modeling.models import build_model
 from leanlm.registry import Registry
 from leanlm.provenance import hardware
 from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.eos_packing import eos_packed_rows
 from leanlm.training.fixed_sequence import attach_fixed_sequence
 from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs, with_features, word_embedding_parameters
 from leanlm.training.objectives import mlm_mask, pack_sequences
+from leanlm.training.run_tokenizer import save_run_tokenizer
 from leanlm.training.seeding import seed_everything, step_generator
 from leanlm.training.step_timing import StepClock
 from leanlm.training.text_batches import example_indices, micro_batches_per_step
@@ -135,7 +144,18 @@ class CausalLMObjective(PretrainObjective):
         return CausalLMBatches(sequences, settings["batch_size"], settings["grad_accum"], seed)
 
 
-def _pack(tokenizer, path, seq_len: int, desc: str) -> torch.Tensor:
+def uses_eos_packing(tokenizer) -> bool:
+    """True for a tokenizer without [CLS]/[SEP] (Pythia's BPE): documents are separated by its EOS."""
+    return tokenizer.token_to_id("[CLS]") is None or tokenizer.token_to_id("[SEP]") is None
+
+
+def _pack(tokenizer, path, seq_len: int, desc: str):
+    if uses_eos_packing(tokenizer):
+        eos = eos_token_id(tokenizer)
+        if eos is None:
+            raise DataError(f"{desc}: the tokenizer has neither [CLS]/[SEP] nor an end-of-text token to separate "
+                            f"the documents of {path} with")
+        return eos_packed_rows(tokenizer, path, seq_len, eos, desc)  # (N, seq_len) rows, memory-mapped
     docs = corpus_token_ids(tokenizer, path, desc=desc)  # cached across the profile's jobs
     packed = pack_sequences(docs, seq_len, tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
     if len(packed) == 0:
@@ -200,14 +220,21 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
         )
     seed_everything(PRETRAIN_SEED)
     started = time.time()
-    # The profile's tokenizer, or for ch. 2's hash runs a codebook of words/pieces (hash_inputs).
-    tokenizer = pretraining_tokenizer(config, run)
-    corpus = paths.data_dir(profile) / "corpus"
+    data = run_data(config, run)
+    # A named tokenizer (ch. 4: Pythia's BPE); else the profile's, or for ch. 2's hash runs a codebook of
+    # words/pieces (hash_inputs).
+    tokenizer = load_tokenizer(data.tokenizer_dir) if data.tokenizer else pretraining_tokenizer(config, run)
+    if objective.head != "causal_lm" and uses_eos_packing(tokenizer):
+        raise ConfigError(f"{config['_params_file']}: run {run_id} pretrains with {run.objective}, which needs the "
+                          f"tokenizer's [CLS]/[SEP]/[MASK]; tokenizer {data.tokenizer or 'of the profile'} has none")
+    corpus = data.corpus_dir
     train_seqs = _pack(tokenizer, corpus / "train.jsonl", settings["seq_len"], "tokenize train")
     valid_seqs = _pack(tokenizer, corpus / "validation.jsonl", settings["seq_len"], "tokenize validation")
     log.info("%s: %d training sequences of %d tokens", run_id, len(train_seqs), settings["seq_len"])
 
-    model_config = ModelConfig.from_dict({**run.model, "vocab_size": tokenizer.get_vocab_size()})
+    # Named tokenizers may pad the embedding (Pythia: 50,277 tokens -> 50,304 rows, Table 4.10).
+    vocab_size = embedding_rows(tokenizer.get_vocab_size(), data.vocab_multiple)
+    model_config = ModelConfig.from_dict({**run.model, "vocab_size": vocab_size})
     model = build_model(model_config, objective.head)
     fixed_text = attach_fixed_sequence(model, tokenizer, corpus)  # ch. 4's FixedSeqQK only
     # Hash embeddings read per-token features (hash bits/buckets) that the batches carry.
@@ -234,8 +261,12 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
     device = next(model.parameters()).device
     val_loss = validation_loss(model, batches, valid_seqs, device)
 
-    save_checkpoint(model, model_config, out_dir, extra={"run_id": run_id, "profile": profile})
+    extra = {"run_id": run_id, "profile": profile}
+    if data.tokenizer:
+        extra["tokenizer"] = {"name": data.tokenizer, "file": "tokenizer.json"}
+    save_checkpoint(model, model_config, out_dir, extra=extra)
     save_inputs(tokenizer, out_dir)  # the hash codebook fine-tuning must hash with (hash runs only)
+    save_run_tokenizer(tokenizer, out_dir, keep=bool(data.tokenizer))  # what evaluation must encode with
     record = {
         "profile": profile,
         "experiment": run.experiment,
@@ -250,6 +281,7 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
         "validation": {f"{objective.metric}_loss": val_loss,
                        f"{objective.metric}_perplexity": math.exp(min(val_loss, 50.0))},
         "data": {"train_sequences": len(train_seqs), "validation_sequences": len(valid_seqs),
+                 "packing": "eos" if uses_eos_packing(tokenizer) else "cls_sep", **data.describe(profile),
                  **({"fixed_sequence": fixed_text} if fixed_text else {})},
         "parameters": {
             "total": total_parameters(model),

@@ -5,12 +5,15 @@ smoke profile that was 10-20 s of each job's ~45 s. The ids are cached under
 ``<cache_dir>/tokenized/<key>.npz``, the key being a hash of the tokenizer's serialised form and of the
 split file's bytes, so a changed corpus or tokenizer can never be served stale ids. The cache lives
 outside ``data/`` (DVC's outputs) and is written atomically, so concurrent jobs at worst both write it.
-Tokenizers without a serialised form (ch. 2's codebook tokenizers) are not cached.
+Tokenizers without a serialised form (ch. 2's codebook tokenizers) are not cached. A split's hash is
+read from the DIGESTS.json its stage wrote beside it when there is one (named corpora such as SlimPajama:
+tens of GB that every job would otherwise hash again), else computed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 
@@ -31,13 +34,28 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def split_digest(path: Path) -> str:
+    """SHA-256 of a corpus split: the one recorded in DIGESTS.json beside it (for the same byte size:
+    leanlm.data.pretrain_data writes it with the split), else computed from the file."""
+    path = Path(path)
+    recorded = path.parent / "DIGESTS.json"
+    if recorded.is_file():
+        try:
+            entry = json.loads(recorded.read_text(encoding="utf-8")).get(path.name) or {}
+        except (OSError, ValueError):
+            entry = {}
+        if entry.get("sha256") and entry.get("bytes") == path.stat().st_size:
+            return str(entry["sha256"])
+    return _file_digest(path)
+
+
 def cache_key(tokenizer, path: Path) -> str | None:
     """Hash of (tokenizer, split file), or None for a tokenizer that cannot be fingerprinted."""
     to_str = getattr(tokenizer, "to_str", None)
     if not callable(to_str):
         return None
     digest = hashlib.sha256(to_str().encode("utf-8"))
-    digest.update(_file_digest(path).encode("ascii"))
+    digest.update(split_digest(path).encode("ascii"))
     return digest.hexdigest()[:32]
 
 

@@ -1,0 +1,77 @@
+"""The tokenizer a trained model reads, when it is not the profile's (ch. 4's Pythia BPE).
+
+A run whose experiment names a tokenizer (``pretrain_data.tokenizer``, resolved by the profile:
+``Run.pretrain_tokenizer``) is pretrained with it, and its pretraining saves a copy beside the weights,
+``models/<profile>/<run>/tokenizer.json``, so that evaluation scores with exactly the tokenizer the model
+was trained with, whatever has since happened to data/. Evaluation (the ``lm_eval`` and ``analysis``
+families) asks :func:`evaluation_tokenizer`: that copy for such runs (the evaluated model's, for
+``evaluate_from`` runs like Table 4.1's skip), the profile's tokenizer otherwise. Runs with the
+profile's tokenizer save nothing, so their model directories are as before.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from leanlm import paths
+from leanlm.errors import DataError
+from leanlm.io import atomic_path
+
+RUN_TOKENIZER_FILE = "tokenizer.json"
+
+
+def save_run_tokenizer(tokenizer, model_dir: str | Path, keep: bool) -> Path | None:
+    """Save ``tokenizer`` as the model's (``keep``: a named tokenizer), or remove a stale copy left by an
+    earlier configuration of the run (``keep`` False), so the directory never holds the wrong one."""
+    path = Path(model_dir) / RUN_TOKENIZER_FILE
+    if not keep:
+        path.unlink(missing_ok=True)
+        return None
+    with atomic_path(path, suffix=".json") as tmp:
+        tokenizer.save(str(tmp))
+    return path
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, stamp: int):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+        raise DataError(f"{path} is not a valid tokenizers file ({exc}); re-run the run's pretraining") from exc
+
+
+def _vocab_rows(model_dir: Path) -> int | None:
+    from leanlm.modeling.checkpoint import read_checkpoint_meta
+
+    try:
+        return int(read_checkpoint_meta(model_dir)["model"]["vocab_size"])
+    except Exception:  # no or an odd checkpoint: loading the model reports that better
+        return None
+
+
+def evaluation_tokenizer(config: dict, run_id: str, fallback):
+    """The tokenizer run ``run_id`` is evaluated with: its trained model's saved copy when the trained
+    run names a tokenizer, else ``fallback`` (the profile's). DataError when the copy is missing or
+    has more tokens than the model has embedding rows."""
+    from leanlm.config import get_run
+
+    run = get_run(config, run_id)
+    trained = get_run(config, run.evaluate_from) if run.evaluate_from else run
+    model_dir = paths.models_dir(config["profile"]) / trained.run_id
+    tokenizer = fallback
+    if trained.pretrain_tokenizer:
+        path = model_dir / RUN_TOKENIZER_FILE
+        if not path.is_file():
+            raise DataError(f"{path} is missing: run {trained.run_id} pretrains with tokenizer "
+                            f"{trained.pretrain_tokenizer!r} (data.tokenizers), which its pretraining saves beside the "
+                            f"model; re-run `leanlm pretrain --run {trained.run_id}`")
+        tokenizer = _load(str(path), path.stat().st_mtime_ns)
+    rows = _vocab_rows(model_dir)
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if rows is not None and size > rows:
+        raise DataError(f"the tokenizer evaluating run {run_id} has {size} tokens but the model in {model_dir} has "
+                        f"{rows} embedding rows: it was trained with another tokenizer; re-run its pretraining")
+    return tokenizer
