@@ -112,9 +112,10 @@ class ApproximateAttention(LinearAttentionMixer):
     """Second-order Taylor attention with one joint normaliser (Based's kernel, symmetric features)."""
 
     # Tokens per chunk of the parallel form: the (C x C) pairwise part grows with C, the number
-    # of chunk steps (small kernels) shrinks; 256 measured best on CPU at d_h = 64 and L = 8192
-    # (mixers/bench.py). Any value gives the same result.
-    chunk_size = 256
+    # of chunk steps (small kernels) shrinks. On a quiet 2-core CPU at d_h = 64, L = 8192
+    # (mixers/bench.py, docs/benchmarks.md) 64-128 were fastest (training 0.8-1.0x Standard, 256: 0.68x;
+    # inference 1.2-1.4x). Any value gives the same result.
+    chunk_size = 128
 
     @staticmethod
     def taylor(s: torch.Tensor) -> torch.Tensor:
