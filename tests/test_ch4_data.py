@@ -232,10 +232,9 @@ def test_named_stages_write_corpus_and_tokenizer(scratch_root, tmp_path, monkeyp
     saved = scratch_root / "data" / "paper" / "tokenizers" / "pythia"
     meta = json.loads((saved / "META.json").read_text())
     assert meta["special_token_ids"] == {"eos": 0} and meta["vocab_size"] == 300 and meta["embedding_rows"] == 384
-    from tokenizers import Tokenizer
-
-    assert Tokenizer.from_file(str(saved / "tokenizer.json")).to_str() == \
-        Tokenizer.from_file(str(tokenizer_source / "tokenizer.json")).to_str()
+    written, source = (json.loads((d / "tokenizer.json").read_text()) for d in (saved, tokenizer_source))
+    written.pop("post_processor"), source.pop("post_processor")  # transformers adds a no-op template
+    assert written == source
 
 
 # ------------------------------------------------------------------------------------------ packing
