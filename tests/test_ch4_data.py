@@ -87,8 +87,16 @@ def test_paper_names_slimpajama_and_pythia_and_smoke_uses_its_own(scratch_root):
     assert paper["data"]["tokenizers"]["pythia"] == {"kind": "hub", "name": "EleutherAI/pythia-160m",
                                                      "vocab_multiple": 128}
     assert named_data.embedding_rows(50277, 128) == 50304  # Pythia's rows, as Table 4.10 counts them
+    # Ch. 2's BPE baselines and subword HashFormers name RoBERTa's BPE (tests/test_ch2_bpe.py); the rest of
+    # chapters 2 and 3 pretrain on the profile's own data.
+    bpe_runs = {"ch2_hashformers-bert_mlm", "ch2_hashformers-bert_sr"}
     for run in runs(paper):
-        expected = ("slimpajama", "pythia") if run.experiment.startswith("ch4_") else ("", "")
+        if run.experiment.startswith("ch4_"):
+            expected = ("slimpajama", "pythia")
+        elif run.run_id in bpe_runs or run.experiment == "ch2_subword":
+            expected = ("", "roberta_bpe")
+        else:
+            expected = ("", "")
         assert (run.pretrain_corpus, run.pretrain_tokenizer) == expected, run.run_id
     run = get_run(paper, "ch4_uniform-standard")
     assert named_pretrain_data(paper, run) == {"corpus": {"slimpajama": paper["data"]["corpora"]["slimpajama"]},
@@ -210,6 +218,7 @@ def test_named_stages_write_corpus_and_tokenizer(scratch_root, tmp_path, monkeyp
     def tiny(doc):
         doc["data"]["corpora"]["slimpajama"].update(max_documents=30, validation_fraction=0.2, test_fraction=0.2)
         doc["data"]["tokenizers"]["pythia"]["name"] = str(tokenizer_source)
+        doc["data"]["tokenizers"]["roberta_bpe"]["name"] = str(tokenizer_source)  # offline: no hub RoBERTa
 
     _edit(scratch_root, "params/paper.yaml", tiny)
     config = load_config("params/paper.yaml")

@@ -39,11 +39,19 @@ DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen":
 # Named pretraining data (an experiment's ``pretrain_data``, ch. 4's SlimPajama and Pythia BPE): the
 # profile keys that define the names, and what a run may do with them. Objectives that pack the corpus
 # may read a named corpus; a named tokenizer travels with the model (models/<profile>/<run>/tokenizer.json),
-# and only the families that read it from there (ch. 4's lm_eval and analysis) may evaluate such a model.
+# and only the families that read it from there may evaluate such a model: ch. 4's lm_eval and analysis
+# for causal LMs (Pythia's BPE), GLUE (with its glue_ch2 variant) for ch. 2's MLM / Shuffle+Random BERTs
+# (RoBERTa's BPE), whose inputs are the tokenizer's ids or, for hash_subword, its pieces hashed.
 PRETRAIN_DATA_KEYS = {"corpus": "corpora", "tokenizer": "tokenizers"}
 PRETRAIN_DATA_OBJECTIVES = ("mlm", "causal_lm", "shuffle_random")
-NAMED_TOKENIZER_OBJECTIVES = ("causal_lm",)
-NAMED_TOKENIZER_FAMILIES = ("lm_eval", "analysis")
+NAMED_TOKENIZER_FAMILIES_BY_OBJECTIVE = {"causal_lm": ("lm_eval", "analysis"), "mlm": ("glue",),
+                                         "shuffle_random": ("glue",)}
+NAMED_TOKENIZER_OBJECTIVES = tuple(NAMED_TOKENIZER_FAMILIES_BY_OBJECTIVE)
+NAMED_TOKENIZER_FAMILIES = ("lm_eval", "analysis", "glue")
+# Run tokenizers a named tokenizer may feed: its ids (profile) or its pieces hashed (hash_subword, not
+# for causal LMs, which pack with the tokenizer's own end-of-text token).
+NAMED_TOKENIZER_RUN_TOKENIZERS = {"causal_lm": ("profile",), "mlm": ("profile", "hash_subword"),
+                                  "shuffle_random": ("profile", "hash_subword")}
 
 
 @dataclass(frozen=True)
@@ -353,19 +361,22 @@ def _check_pretrain_data(config: dict, path: Path) -> None:
                 raise ConfigError(f"{where()}: pretrain_data needs an objective that pretrains on the packed corpus "
                                   f"({', '.join(PRETRAIN_DATA_OBJECTIVES)}), not {objective!r}")
             tokenizer = fields.get("tokenizer", experiment.get("tokenizer", "profile"))
-            if tokenizer != "profile":
-                raise ConfigError(f"{where()}: pretrain_data needs tokenizer: profile (the run's inputs come from the named "
-                                  f"data), not {tokenizer!r}")
+            allowed = NAMED_TOKENIZER_RUN_TOKENIZERS.get(objective, ()) if "tokenizer" in named else ("profile",)
+            if tokenizer not in allowed:
+                raise ConfigError(f"{where()}: pretrain_data{'.tokenizer' if 'tokenizer' in named else ''} with "
+                                  f"objective {objective!r} needs tokenizer: {' or '.join(allowed or ('profile',))} "
+                                  f"(the run's inputs come from the named data), not {tokenizer!r}")
             if "tokenizer" in named:
-                if objective not in NAMED_TOKENIZER_OBJECTIVES:
+                families = NAMED_TOKENIZER_FAMILIES_BY_OBJECTIVE.get(objective)
+                if families is None:
                     raise ConfigError(f"{where()}: pretrain_data.tokenizer needs objective "
-                                      f"{' or '.join(NAMED_TOKENIZER_OBJECTIVES)} (packing with the tokenizer's "
-                                      f"end-of-text token), not {objective!r}")
-                other = [f for f in experiment["finetune"] if f not in NAMED_TOKENIZER_FAMILIES]
+                                      f"{' or '.join(NAMED_TOKENIZER_OBJECTIVES)}, not {objective!r}")
+                other = [f for f in experiment["finetune"] if f not in families]
                 if other:
-                    raise ConfigError(f"{where()}: pretrain_data.tokenizer is read back from the model directory by the "
-                                      f"{' and '.join(NAMED_TOKENIZER_FAMILIES)} families only; families "
-                                      f"{', '.join(other)} would encode with the profile's tokenizer")
+                    raise ConfigError(f"{where()}: pretrain_data.tokenizer is read back from the model directory, for "
+                                      f"objective {objective!r}, by the {' and '.join(families)} famil"
+                                      f"{'ies' if len(families) > 1 else 'y'} only; families {', '.join(other)} would "
+                                      f"encode with the profile's tokenizer")
 
 
 def named_pretrain_data(config: dict, run: Run) -> dict:

@@ -14,6 +14,9 @@ code calls.
 A profile's named tokenizers (``data.tokenizers``, ch. 4's Pythia BPE: :mod:`leanlm.data.pretrain_data`)
 come through :func:`hub_tokenizer` too but need not be BERT-style: Pythia's has no [CLS]/[SEP]/[MASK],
 only ``<|endoftext|>`` (:data:`EOS_TOKENS`), which separates documents when a causal LM is pretrained.
+Ch. 2's BERT baselines use RoBERTa's BPE, whose special tokens play BERT's roles under other names
+(<pad> <unk> <s> </s> <mask>): code asks for a role (:func:`special_token_id`, :data:`ROLE_NAMES`), never
+for a name, and BERT's names are tried first, so a WordPiece tokenizer keeps exactly its ids.
 """
 
 from __future__ import annotations
@@ -32,6 +35,17 @@ from leanlm.errors import DataError
 from leanlm.io import atomic_path, write_json
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Special tokens by role, each role's names in order of preference: BERT's WordPiece names first (so a
+# BERT-style tokenizer keeps exactly its ids), then RoBERTa's byte-level BPE names (ch. 2's BERT
+# baselines count 50,265 RoBERTa entries, Table 2.2): <s> ... </s> plays [CLS] ... [SEP].
+SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")
+ROLE_NAMES = {
+    "pad": ("[PAD]", "<pad>"),
+    "unk": ("[UNK]", "<unk>"),
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "mask": ("[MASK]", "<mask>"),
+}
 # End-of-text tokens of BPE vocabularies without BERT's special tokens (GPT-2/Pythia, then RoBERTa/Llama style).
 EOS_TOKENS = ("<|endoftext|>", "</s>")
 TOKENIZER_FILE = "tokenizer.json"
@@ -136,13 +150,25 @@ def hub_tokenizer(name: str, profile: str, key: str = "data.tokenizer.name") -> 
     return backend
 
 
-def special_token_ids(tokenizer: Tokenizer) -> dict[str, int]:
-    """Ids of the special tokens by role: pad, unk, cls, sep, mask (DataError when one is missing)."""
-    ids = {}
-    for role, token in zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS):
+def special_token_id(tokenizer, role: str) -> int | None:
+    """Id of the tokenizer's special token for ``role`` (pad, unk, cls, sep, mask) under any of its
+    :data:`ROLE_NAMES` (BERT's name first), or None when it has none."""
+    for token in ROLE_NAMES[role]:
         index = tokenizer.token_to_id(token)
+        if index is not None:
+            return index
+    return None
+
+
+def special_token_ids(tokenizer: Tokenizer) -> dict[str, int]:
+    """Ids of the special tokens by role: pad, unk, cls, sep, mask, named BERT's way ([PAD] [UNK] [CLS]
+    [SEP] [MASK]) or RoBERTa's (<pad> <unk> <s> </s> <mask>); DataError when a role has neither."""
+    ids = {}
+    for role in SPECIAL_ROLES:
+        index = special_token_id(tokenizer, role)
         if index is None:
-            raise DataError(f"the tokenizer has no {token} token; BERT-style special tokens are required")
+            raise DataError(f"the tokenizer has no {role} token (any of {ROLE_NAMES[role]}); BERT- or "
+                            f"RoBERTa-style special tokens are required")
         ids[role] = index
     return ids
 
@@ -157,12 +183,13 @@ def eos_token_id(tokenizer: Tokenizer) -> int | None:
 
 
 def is_bert_style(tokenizer: Tokenizer) -> bool:
-    """True when the tokenizer has all of BERT's special tokens ([PAD] [UNK] [CLS] [SEP] [MASK])."""
-    return all(tokenizer.token_to_id(token) is not None for token in SPECIAL_TOKENS)
+    """True when the tokenizer has a token for each of BERT's special roles (pad, unk, cls, sep, mask),
+    named BERT's way or RoBERTa's (:data:`ROLE_NAMES`)."""
+    return all(special_token_id(tokenizer, role) is not None for role in SPECIAL_ROLES)
 
 
 def stored_special_ids(tokenizer: Tokenizer) -> dict[str, int]:
-    """The special-token ids META.json records: BERT's five roles, or for an end-of-text BPE (Pythia)
+    """The special-token ids META.json records: BERT's five roles (RoBERTa's too), or for an end-of-text BPE (Pythia)
     ``{"eos": id}`` (DataError when it has neither)."""
     if is_bert_style(tokenizer):
         return special_token_ids(tokenizer)

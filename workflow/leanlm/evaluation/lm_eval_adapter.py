@@ -37,6 +37,7 @@ from lm_eval.api.registry import register_model
 from tokenizers import Tokenizer
 from torch import nn
 
+from leanlm.data.tokenizer import special_token_id
 from leanlm.io import load_yaml
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.scoring import model_device, rolling_windows, score_windows
@@ -128,7 +129,7 @@ class LeanLMEvalAdapter(TemplateLM):
         if self._max_length < 2:
             raise ConfigError(f"max_length={context} is too short to score anything")
         self._prefix = int(prefix_token_id) if prefix_token_id is not None else default_prefix_token_id(self.tokenizer)
-        pad = self.tokenizer.token_to_id("[PAD]")
+        pad = special_token_id(self.tokenizer, "pad")  # [PAD] or <pad>; else the prefix token
         self._pad = pad if pad is not None else self._prefix
 
     # ------------------------------------------------------------------ what TemplateLM needs

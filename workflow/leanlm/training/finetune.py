@@ -19,6 +19,7 @@ import torch
 from leanlm import paths
 from leanlm.config import finetune_seeds, finetune_settings, get_run
 from leanlm.data.tasks import get_task
+from leanlm.data.tokenizer import special_token_id
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.superglue_metrics import attach_groups
@@ -172,7 +173,7 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     profile, settings = config["profile"], _family_settings(config, run_id, family)
     spec = get_task(task)
     regression = spec.label_kind == "regression"
-    pad_id = tokenizer.token_to_id("[PAD]")
+    pad_id = special_token_id(tokenizer, "pad")  # [PAD], or RoBERTa's <pad>
     train_rows = _load_split(profile, task, "train")
     dev_rows = _load_split(profile, task, "validation")
     test_rows = _load_split(profile, task, "test")

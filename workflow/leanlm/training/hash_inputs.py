@@ -5,8 +5,10 @@ A run's ``tokenizer`` (params/experiments/ch2.yaml) says how text is cut:
 - ``profile``: the profile's subword tokenizer, vocabulary ids, no features (BERT-MLM, BERT-S+R,
   BERT-Hash);
 - ``hash``: HashFormers' word tokenisation with an unlimited vocabulary (leanlm.hashing.words);
-- ``hash_subword``: the profile tokenizer's pieces, hashed as strings (Table 2.6; EELBERT); the
-  vocabulary is fixed, so the codebook has one row per piece (:class:`PieceCodebookTokenizer`).
+- ``hash_subword``: the pieces of the run's subword tokenizer, hashed as strings (Table 2.6; EELBERT):
+  its named tokenizer when it has one (``pretrain_data.tokenizer``: RoBERTa's BPE in the paper profile,
+  "hashing BPE pieces", Appendix 2.11), else the profile's; the vocabulary is fixed, so the codebook has
+  one row per piece (:class:`PieceCodebookTokenizer`).
 
 For the two hash routes the ids a model sees are rows of a :class:`~leanlm.hashing.HashCodebook`
 (distinct token -> row, hashed once when first seen; rows 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]),
@@ -37,7 +39,7 @@ from torch import nn
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
 from leanlm.hashing.codebook import HashCodebook
-from leanlm.hashing.words import word_tokenize
+from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
 
@@ -154,13 +156,19 @@ class PieceCodebookTokenizer(CodebookTokenizer):
     subword tokenizer encodes (at its own speed, with its own truncation) and its ids are mapped to
     rows by one array gather (``to_row``: the identity for the packaged tokenizer, whose special
     tokens are ids 0..4 like the codebook's; a permutation for BERT's hub tokenizer, [CLS] = 101).
+    The pieces' special tokens map by role to the codebook's special rows (RoBERTa's <s> to [CLS]'s row),
+    which hash embeddings embed from their own table and the objectives never corrupt.
     """
 
     def __init__(self, pieces, codebook: HashCodebook):
+        from leanlm.data.tokenizer import SPECIAL_ROLES, special_token_id
+
         super().__init__(codebook)
         self.pieces = pieces
         vocab = pieces.get_vocab(with_added_tokens=True)
         by_id = sorted(vocab, key=vocab.get)
+        row_names = {special_token_id(pieces, role): name for role, name in zip(SPECIAL_ROLES, SPECIAL_TOKENS)}
+        by_id = [row_names.get(vocab[t], t) for t in by_id]  # identical for BERT-named specials
         codebook.add(by_id)
         self.to_row = np.array([codebook.index[t] for t in by_id], dtype=np.int64)
 
@@ -195,39 +203,44 @@ def corpus_token_counts(texts: Sequence[str], pieces=None) -> Counter:
     return Counter({pieces.id_to_token(int(i)): int(totals[i]) for i in np.flatnonzero(totals)})
 
 
-def _tokenizer_for(run, codebook: HashCodebook, config: dict) -> CodebookTokenizer:
+def subword_tokenizer(config: dict, run):
+    """The run's subword tokenizer: its named one (``Run.pretrain_tokenizer``, prepared in
+    data/<profile>/tokenizers/<name>/), else the profile's."""
+    from leanlm.data.pretrain_data import run_data
     from leanlm.data.tokenizer import load_tokenizer
 
+    return load_tokenizer(run_data(config, run).tokenizer_dir if run.pretrain_tokenizer else config["profile"])
+
+
+def _tokenizer_for(run, codebook: HashCodebook, config: dict, pieces=None) -> CodebookTokenizer:
     if run.tokenizer == "hash_subword":
-        return PieceCodebookTokenizer(load_tokenizer(config["profile"]), codebook)
+        return PieceCodebookTokenizer(pieces if pieces is not None else subword_tokenizer(config, run), codebook)
     return CodebookTokenizer(codebook)
 
 
 def fit_codebook(config: dict, run, texts: Sequence[str]) -> HashCodebook:
     """The (row-less) codebook of a hash run, fitted on ``texts``: LSH's top-50K character n-grams
     of the words or pieces there, weighted by frequency; MD5 needs nothing but its key."""
-    from leanlm.data.tokenizer import load_tokenizer
-
     model_config = _model_config(run)
     check_run_tokenizer(run, model_config)
     settings = codebook_settings(model_config)
     counts = None
     if settings["hash"] == "lsh":
-        pieces = load_tokenizer(config["profile"]) if run.tokenizer == "hash_subword" else None
+        pieces = subword_tokenizer(config, run) if run.tokenizer == "hash_subword" else None
         counts = corpus_token_counts(texts, pieces)
     return HashCodebook.for_model(model_config, token_counts=counts)
 
 
 def pretraining_tokenizer(config: dict, run):
-    """The tokenizer a run packs its pretraining corpus with: the profile's, or a fresh
-    :class:`CodebookTokenizer` fitted on the training split."""
-    from leanlm.data.tokenizer import load_tokenizer
+    """The tokenizer a run packs its pretraining corpus with: its named one or the profile's
+    (:func:`subword_tokenizer`), or a fresh :class:`CodebookTokenizer` fitted on the training split."""
+    from leanlm.data.pretrain_data import run_data
     from leanlm.training.text_batches import read_documents
 
     if not uses_codebook(run):
         check_run_tokenizer(run, _model_config(run))
-        return load_tokenizer(config["profile"])
-    texts = read_documents(paths.data_dir(config["profile"]) / "corpus" / "train.jsonl")
+        return subword_tokenizer(config, run)
+    texts = read_documents(run_data(config, run).corpus_dir / "train.jsonl")
     return _tokenizer_for(run, fit_codebook(config, run, texts), config)
 
 
@@ -240,20 +253,25 @@ def save_inputs(tokenizer, directory: str | Path) -> None:
 
 def finetuning_tokenizer(config: dict, run):
     """The tokenizer fine-tuning encodes task text with: the pretrained run's saved codebook for hash
-    runs, CANINE's characters for hub runs, else the profile's tokenizer."""
+    runs (over the pieces its pretraining saved, for hash_subword runs with a named tokenizer), CANINE's
+    characters for hub runs, the copy saved beside the model for runs with a named tokenizer
+    (:func:`~leanlm.training.run_tokenizer.evaluation_tokenizer`), else the profile's tokenizer."""
     from leanlm.data.tokenizer import load_tokenizer
+    from leanlm.training.run_tokenizer import evaluation_tokenizer, saved_run_tokenizer
 
     if run.objective == "hub":
         from leanlm.training.hub_checkpoint import CharTokenizer
 
         return CharTokenizer()
     if not uses_codebook(run):
+        if run.pretrain_tokenizer:
+            return evaluation_tokenizer(config, run.run_id, None)
         return load_tokenizer(config["profile"])
     directory = paths.models_dir(config["profile"]) / (run.evaluate_from or run.run_id) / CODEBOOK_DIR
     if not (directory / "codebook.json").is_file():
         raise DataError(f"{directory} is missing: run {run.run_id} hashes its tokens with the codebook "
                         f"its pretraining saves; re-run `leanlm pretrain --run {run.run_id}`")
-    return _tokenizer_for(run, HashCodebook.load(directory), config)
+    return _tokenizer_for(run, HashCodebook.load(directory), config, pieces=saved_run_tokenizer(config, run.run_id))
 
 
 # ----------------------------------------------------------------------------------------- features

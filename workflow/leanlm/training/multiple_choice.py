@@ -16,6 +16,7 @@ import time
 import torch
 
 from leanlm import paths
+from leanlm.data.tokenizer import special_token_id
 from leanlm.data.tasks import get_task
 from leanlm.evaluation.metrics import compute_all
 from leanlm.modeling.checkpoint import load_model
@@ -86,7 +87,7 @@ class MultipleChoiceRunner(TaskRunner):
     def __call__(self, config, run_id, family, task, seed, tokenizer) -> dict:
         profile, settings = config["profile"], config["finetune"][family]
         spec = get_task(task)
-        pad_id = tokenizer.token_to_id("[PAD]")
+        pad_id = special_token_id(tokenizer, "pad")  # [PAD], or RoBERTa's <pad>
         rows = {split: _load_split(profile, task, split) for split in ("train", "validation", "test")}
         encoded = {split: encode_choices(tokenizer, r, settings["max_seq_len"]) for split, r in rows.items()}
         labels = {split: [r["label"] for r in split_rows] for split, split_rows in rows.items()}

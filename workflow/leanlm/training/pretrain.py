@@ -33,7 +33,7 @@ import torch
 from leanlm import paths
 from leanlm.config import get_run, pretrain_settings, public
 from leanlm.data.pretrain_data import embedding_rows, run_data
-from leanlm.data.tokenizer import eos_token_id, load_tokenizer
+from leanlm.data.tokenizer import eos_token_id, special_token_id
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import write_json
 from leanlm.modeling.checkpoint import save_checkpoint
@@ -81,7 +81,9 @@ OBJECTIVES: Registry[PretrainObjective] = Registry("pretraining objective")
 
 
 def special_token_ids(tokenizer) -> list[int]:
-    return [i for i in (tokenizer.token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"))
+    """Ids of the special tokens the tokenizer has (by role: BERT's [PAD] ... or RoBERTa's <pad> ...),
+    which the objectives never corrupt."""
+    return [i for i in (special_token_id(tokenizer, role) for role in ("pad", "cls", "sep", "unk", "mask"))
             if i is not None]
 
 
@@ -130,7 +132,7 @@ class MLMObjective(PretrainObjective):
     metric = "mlm"
 
     def batches(self, settings, tokenizer, sequences, seed):
-        return MLMBatches(sequences, special_token_ids(tokenizer), tokenizer.token_to_id("[MASK]"),
+        return MLMBatches(sequences, special_token_ids(tokenizer), special_token_id(tokenizer, "mask"),
                           tokenizer.get_vocab_size(), settings["batch_size"], settings["grad_accum"],
                           settings["mask_prob"], seed)
 
@@ -145,8 +147,9 @@ class CausalLMObjective(PretrainObjective):
 
 
 def uses_eos_packing(tokenizer) -> bool:
-    """True for a tokenizer without [CLS]/[SEP] (Pythia's BPE): documents are separated by its EOS."""
-    return tokenizer.token_to_id("[CLS]") is None or tokenizer.token_to_id("[SEP]") is None
+    """True for a tokenizer without a cls/sep pair ([CLS]/[SEP], RoBERTa's <s>/</s>; Pythia's BPE has
+    neither): documents are separated by its EOS."""
+    return special_token_id(tokenizer, "cls") is None or special_token_id(tokenizer, "sep") is None
 
 
 def _pack(tokenizer, path, seq_len: int, desc: str):
@@ -157,7 +160,7 @@ def _pack(tokenizer, path, seq_len: int, desc: str):
                             f"the documents of {path} with")
         return eos_packed_rows(tokenizer, path, seq_len, eos, desc)  # (N, seq_len) rows, memory-mapped
     docs = corpus_token_ids(tokenizer, path, desc=desc)  # cached across the profile's jobs
-    packed = pack_sequences(docs, seq_len, tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
+    packed = pack_sequences(docs, seq_len, special_token_id(tokenizer, "cls"), special_token_id(tokenizer, "sep"))
     if len(packed) == 0:
         raise DataError(f"{path}: no full sequence of {seq_len} tokens could be packed; the corpus is too small")
     return packed
@@ -221,9 +224,9 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
     seed_everything(PRETRAIN_SEED)
     started = time.time()
     data = run_data(config, run)
-    # A named tokenizer (ch. 4: Pythia's BPE); else the profile's, or for ch. 2's hash runs a codebook of
-    # words/pieces (hash_inputs).
-    tokenizer = load_tokenizer(data.tokenizer_dir) if data.tokenizer else pretraining_tokenizer(config, run)
+    # A named tokenizer (ch. 4: Pythia's BPE; ch. 2: RoBERTa's BPE) or the profile's, or for ch. 2's hash
+    # runs a codebook of words or of that tokenizer's pieces (hash_inputs).
+    tokenizer = pretraining_tokenizer(config, run)
     if objective.head != "causal_lm" and uses_eos_packing(tokenizer):
         raise ConfigError(f"{config['_params_file']}: run {run_id} pretrains with {run.objective}, which needs the "
                           f"tokenizer's [CLS]/[SEP]/[MASK]; tokenizer {data.tokenizer or 'of the profile'} has none")
@@ -234,7 +237,11 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
 
     # Named tokenizers may pad the embedding (Pythia: 50,277 tokens -> 50,304 rows, Table 4.10).
     vocab_size = embedding_rows(tokenizer.get_vocab_size(), data.vocab_multiple)
-    model_config = ModelConfig.from_dict({**run.model, "vocab_size": vocab_size})
+    fields = {**run.model, "vocab_size": vocab_size}
+    pad = special_token_id(tokenizer, "pad") if data.tokenizer and not hasattr(tokenizer, "codebook") else None
+    if pad is not None:  # RoBERTa's <pad> is id 1: the padding row (no gradient) must be it, not <s> = 0
+        fields["pad_token_id"] = pad
+    model_config = ModelConfig.from_dict(fields)
     model = build_model(model_config, objective.head)
     fixed_text = attach_fixed_sequence(model, tokenizer, corpus)  # ch. 4's FixedSeqQK only
     # Hash embeddings read per-token features (hash bits/buckets) that the batches carry.
@@ -266,7 +273,8 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
         extra["tokenizer"] = {"name": data.tokenizer, "file": "tokenizer.json"}
     save_checkpoint(model, model_config, out_dir, extra=extra)
     save_inputs(tokenizer, out_dir)  # the hash codebook fine-tuning must hash with (hash runs only)
-    save_run_tokenizer(tokenizer, out_dir, keep=bool(data.tokenizer))  # what evaluation must encode with
+    # What evaluation must encode with (for hash_subword runs: the pieces their codebook hashes).
+    save_run_tokenizer(getattr(tokenizer, "pieces", tokenizer), out_dir, keep=bool(data.tokenizer))
     record = {
         "profile": profile,
         "experiment": run.experiment,

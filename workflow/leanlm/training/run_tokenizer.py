@@ -1,12 +1,15 @@
-"""The tokenizer a trained model reads, when it is not the profile's (ch. 4's Pythia BPE).
+"""The tokenizer a trained model reads, when it is not the profile's (ch. 4's Pythia BPE, ch. 2's RoBERTa BPE).
 
 A run whose experiment names a tokenizer (``pretrain_data.tokenizer``, resolved by the profile:
 ``Run.pretrain_tokenizer``) is pretrained with it, and its pretraining saves a copy beside the weights,
 ``models/<profile>/<run>/tokenizer.json``, so that evaluation scores with exactly the tokenizer the model
 was trained with, whatever has since happened to data/. Evaluation (the ``lm_eval`` and ``analysis``
-families) asks :func:`evaluation_tokenizer`: that copy for such runs (the evaluated model's, for
-``evaluate_from`` runs like Table 4.1's skip), the profile's tokenizer otherwise. Runs with the
-profile's tokenizer save nothing, so their model directories are as before.
+families; GLUE fine-tuning of ch. 2's BERTs on RoBERTa's BPE, through
+:func:`leanlm.training.hash_inputs.finetuning_tokenizer`) asks :func:`evaluation_tokenizer`: that copy
+for such runs (the evaluated model's, for ``evaluate_from`` runs like Table 4.1's skip), the profile's
+tokenizer otherwise. A ch. 2 hash_subword run saves the pieces its codebook hashes
+(:func:`saved_run_tokenizer`). Runs with the profile's tokenizer save nothing, so their model
+directories are as before.
 """
 
 from __future__ import annotations
@@ -52,23 +55,34 @@ def _vocab_rows(model_dir: Path) -> int | None:
         return None
 
 
+def saved_run_tokenizer(config: dict, run_id: str):
+    """The tokenizer saved beside the model run ``run_id`` evaluates (its own, or its ``evaluate_from``
+    target's) when that trained run names a tokenizer, else None. DataError when the copy is missing."""
+    from leanlm.config import get_run
+
+    run = get_run(config, run_id)
+    trained = get_run(config, run.evaluate_from) if run.evaluate_from else run
+    if not trained.pretrain_tokenizer:
+        return None
+    path = paths.models_dir(config["profile"]) / trained.run_id / RUN_TOKENIZER_FILE
+    if not path.is_file():
+        raise DataError(f"{path} is missing: run {trained.run_id} pretrains with tokenizer "
+                        f"{trained.pretrain_tokenizer!r} (data.tokenizers), which its pretraining saves beside the "
+                        f"model; re-run `leanlm pretrain --run {trained.run_id}`")
+    return _load(str(path), path.stat().st_mtime_ns)
+
+
 def evaluation_tokenizer(config: dict, run_id: str, fallback):
-    """The tokenizer run ``run_id`` is evaluated with: its trained model's saved copy when the trained
-    run names a tokenizer, else ``fallback`` (the profile's). DataError when the copy is missing or
-    has more tokens than the model has embedding rows."""
+    """The tokenizer run ``run_id`` is evaluated (or fine-tuned) with: its trained model's saved copy
+    when the trained run names a tokenizer (:func:`saved_run_tokenizer`), else ``fallback`` (the
+    profile's). DataError when the copy is missing or has more tokens than the model has embedding rows."""
     from leanlm.config import get_run
 
     run = get_run(config, run_id)
     trained = get_run(config, run.evaluate_from) if run.evaluate_from else run
     model_dir = paths.models_dir(config["profile"]) / trained.run_id
-    tokenizer = fallback
-    if trained.pretrain_tokenizer:
-        path = model_dir / RUN_TOKENIZER_FILE
-        if not path.is_file():
-            raise DataError(f"{path} is missing: run {trained.run_id} pretrains with tokenizer "
-                            f"{trained.pretrain_tokenizer!r} (data.tokenizers), which its pretraining saves beside the "
-                            f"model; re-run `leanlm pretrain --run {trained.run_id}`")
-        tokenizer = _load(str(path), path.stat().st_mtime_ns)
+    saved = saved_run_tokenizer(config, run_id)
+    tokenizer = fallback if saved is None else saved
     rows = _vocab_rows(model_dir)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if rows is not None and size > rows:
