@@ -457,8 +457,8 @@ def runs(config: dict) -> list[Run]:
                     pretrain_variant=fields.get("pretrain_variant", ""),
                     finetune_variants=dict(experiment.get("finetune_variants", {})),
                     hub_checkpoint=fields.get("hub_checkpoint", ""),
-                    pretrain_corpus=corpus if corpus in config["data"].get("corpora", {}) else "",
-                    pretrain_tokenizer=tokenizer if tokenizer in config["data"].get("tokenizers", {}) else "",
+                    pretrain_corpus=corpus if corpus in config.get("data", {}).get("corpora", {}) else "",
+                    pretrain_tokenizer=tokenizer if tokenizer in config.get("data", {}).get("tokenizers", {}) else "",
                 )
             )
     return out
