@@ -404,3 +404,13 @@ def test_evaluation_encodes_with_the_models_tokenizer(tiny_run):
             evaluation_tokenizer(config, "ch4_skip-fixed_seq_qk", profile_tokenizer)
     finally:
         os.replace(moved, moved.with_name("tokenizer.json"))
+
+
+def test_cli_runs_the_named_data_stages(scratch_root):
+    """`leanlm data corpora|tokenizers` reach the same stages as DVC's command; smoke names none."""
+    from leanlm.cli import main
+
+    for stage in ("corpora", "tokenizers"):
+        assert main(["data", stage, "--params", "params/smoke.yaml"]) == 0
+        manifest = json.loads((scratch_root / "data" / "smoke" / stage / "MANIFEST.json").read_text())
+        assert manifest == {stage: {}}

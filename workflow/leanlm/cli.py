@@ -119,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("data", help="one data stage (run by `dvc repro`)")
-    p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks"])
+    # corpora / tokenizers: a profile's named pretraining data (data.corpora, data.tokenizers; paper: SlimPajama,
+    # Pythia's and RoBERTa's BPE), which DVC runs as `python -m leanlm.data.pretrain_data`.
+    p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks", "corpora", "tokenizers"])
     _params_arg(p)
     p.set_defaults(func=cmd_data)
 
