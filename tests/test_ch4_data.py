@@ -230,10 +230,11 @@ def test_named_stages_write_corpus_and_tokenizer(scratch_root, tmp_path, monkeyp
     assert stats["total"]["documents"] == 29 and stats["dropped"] == {"empty": 1, "duplicate": 0}  # first 30 rows
     assert stats["by_source"]["RedPajamaGithub"]["documents"] == 7
     digests = json.loads((corpus / "DIGESTS.json").read_text())
-    from leanlm.training.token_cache import _file_digest, split_digest
+    from leanlm.io import sha256_file
+    from leanlm.training.token_cache import split_digest
 
     for split in ("train", "validation", "test"):
-        assert digests[f"{split}.jsonl"]["sha256"] == _file_digest(corpus / f"{split}.jsonl")
+        assert digests[f"{split}.jsonl"]["sha256"] == sha256_file(corpus / f"{split}.jsonl")
         assert split_digest(corpus / f"{split}.jsonl") == digests[f"{split}.jsonl"]["sha256"]
     assert json.loads((corpus.parent / "MANIFEST.json").read_text())["corpora"]["slimpajama"]["max_documents"] == 30
 

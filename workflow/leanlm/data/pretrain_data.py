@@ -33,7 +33,6 @@ the hub cannot be reached (:func:`leanlm.data.hub.ensure_hub_reachable`).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import logging
 import math
@@ -46,7 +45,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from leanlm import paths
 from leanlm.data.sources import Document
 from leanlm.errors import ConfigError, DataError, LeanLMError
-from leanlm.io import write_json
+from leanlm.io import sha256_file, write_json
 
 log = logging.getLogger(__name__)
 
@@ -169,17 +168,10 @@ def stream_corpus(name: str, spec: dict, profile: str) -> Iterator[Document]:
     return itertools.islice(documents, spec.get("max_documents"))
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def write_digests(directory: Path) -> dict:
     """DIGESTS.json: ``{file: {"sha256", "bytes"}}`` of the split files in ``directory``."""
-    digests = {path.name: {"sha256": file_digest(path), "bytes": path.stat().st_size}
+    digests = {path.name: {"sha256": sha256_file(path), "bytes": path.stat().st_size}
                for path in sorted(Path(directory).glob("*.jsonl"))}
     write_json(Path(directory) / DIGESTS_FILE, digests)
     return digests

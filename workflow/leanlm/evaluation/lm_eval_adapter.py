@@ -182,7 +182,8 @@ class LeanLMEvalAdapter(TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        raise NotImplementedError(
+        # lm-eval's interface has this method; asking it of us is a task choice a person can fix.
+        raise ConfigError(
             "the leanlm lm-eval adapter scores text but does not generate it; the thesis's tasks "
             "(ch. 4: multiple choice, perplexity, LAMBADA) need only loglikelihood. Choose tasks whose "
             "output_type is multiple_choice, loglikelihood or loglikelihood_rolling."

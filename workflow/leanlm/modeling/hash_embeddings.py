@@ -38,6 +38,7 @@ or generate token embeddings, special tokens and positions excluded.
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any, Mapping
 
@@ -135,7 +136,7 @@ class StandardEmbedding(nn.Embedding):
         return self.weight.numel()  # Eq. 2.9: |V| x d
 
 
-class HashEmbedding(nn.Module):
+class HashEmbedding(nn.Module, abc.ABC):
     """Skeleton of the hash embeddings: special-token rows, the shared regular-token vector, and a
     variant's ``embed_hashed(*features)`` for every other token."""
 
@@ -162,8 +163,9 @@ class HashEmbedding(nn.Module):
             self.regular_token = nn.Parameter(torch.empty(config.d_model))
             nn.init.normal_(self.regular_token, 0.0, config.initializer_range)
 
+    @abc.abstractmethod
     def embed_hashed(self, *features: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The embeddings of the hashed tokens from their hash features (named in ``features``)."""
 
     def forward(self, input_ids: torch.Tensor, **features: torch.Tensor) -> torch.Tensor:
         inputs = [batch_feature(features, name, self.name) for name in self.features]

@@ -20,18 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from leanlm import paths
-from leanlm.io import atomic_path
+from leanlm.io import atomic_path, sha256_file
 from leanlm.training.text_batches import read_documents, tokenize_documents
 
 log = logging.getLogger(__name__)
 
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def split_digest(path: Path) -> str:
@@ -46,7 +39,7 @@ def split_digest(path: Path) -> str:
             entry = {}
         if entry.get("sha256") and entry.get("bytes") == path.stat().st_size:
             return str(entry["sha256"])
-    return _file_digest(path)
+    return sha256_file(path)
 
 
 def cache_key(tokenizer, path: Path) -> str | None:

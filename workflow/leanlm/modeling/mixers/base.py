@@ -22,6 +22,7 @@ tables are rendered from the classes and checked against measurements (reporting
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -136,7 +137,7 @@ def repeat_kv(t: torch.Tensor, n_heads: int) -> torch.Tensor:
     return t.repeat_interleave(n_heads // kv, dim=1)
 
 
-class Mixer(nn.Module):
+class Mixer(nn.Module, abc.ABC):
     """Base of the registry's token mixers: ``forward(h, ctx) -> (B, L, d_m)``.
 
     Decoding: ``prefill(h, ctx) -> (out, state)`` processes a prompt and returns what inference
@@ -166,12 +167,15 @@ class Mixer(nn.Module):
         self.rope_theta = float(config.rope_theta)
         self.layer_idx = int(layer_idx)
 
+    # Every variant decodes (abstract: a registered mixer without these cannot be built).
+    @abc.abstractmethod
     def prefill(self, h: torch.Tensor, ctx: MixerContext) -> tuple[torch.Tensor, dict]:
-        raise NotImplementedError(f"{type(self).__name__} has no decoding form")
+        """Process a prompt: outputs and the state inference keeps."""
 
+    @abc.abstractmethod
     def step(self, h_t: torch.Tensor, state: dict, ctx: MixerContext | None = None
              ) -> tuple[torch.Tensor, dict]:
-        raise NotImplementedError(f"{type(self).__name__} has no decoding form")
+        """Process one more token with the state from :meth:`prefill` or the previous step."""
 
     @staticmethod
     def cache_bytes(state: dict) -> int:
@@ -183,22 +187,26 @@ class Mixer(nn.Module):
                 total += t.numel() * t.element_size()
         return total
 
-    # Thesis formulas (overridden per variant).
+    # Thesis formulas, one set per variant (abstract: Tables 4.5-4.8 need every one).
     @staticmethod
+    @abc.abstractmethod
     def complexity(B: int, L: int, d: int, h: int) -> int:
-        raise NotImplementedError
+        """Table 4.5: time complexity of one forward over L tokens."""
 
     @staticmethod
+    @abc.abstractmethod
     def flops(B: int, L: int, d: int, h: int, stage: str = "prefill") -> int:
-        raise NotImplementedError
+        """Table 4.6: FLOPs per iteration (``stage`` prefill or decode)."""
 
     @staticmethod
+    @abc.abstractmethod
     def activation_memory(B: int, L: int, d: int, h: int, t: int = 1) -> float:
-        raise NotImplementedError
+        """Table 4.7: activation memory (t = tensor-parallel size)."""
 
     @staticmethod
+    @abc.abstractmethod
     def cache_size(B: int, L: int, d: int, h: int) -> int:
-        raise NotImplementedError
+        """Table 4.8: cache size for L tokens."""
 
 
 class ProjectedMixer(Mixer):
