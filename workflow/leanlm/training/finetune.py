@@ -9,6 +9,7 @@ thesis reports dev-set scores), and is scored with the thesis's metric. Everythi
 
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import shutil
@@ -119,7 +120,7 @@ def finetune_train_config(settings: dict, task: str, run_id: str, seed: int, n_t
     )
 
 
-class TaskRunner:
+class TaskRunner(abc.ABC):
     """Fine-tunes (or only evaluates) one pretrained model on one task with one seed.
 
     Registered in :data:`TASK_RUNNERS` by the task's input shape. ``seeded = False`` marks runners
@@ -130,8 +131,9 @@ class TaskRunner:
 
     seeded: bool = True
 
+    @abc.abstractmethod
     def __call__(self, config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
-        raise NotImplementedError
+        """Fine-tune (or evaluate) and score one (task, seed): the per-task result described above."""
 
 
 TASK_RUNNERS: Registry[type[TaskRunner]] = Registry("task runner (input shape)")

@@ -71,7 +71,9 @@ class PretrainObjective:
     metric: str = "loss"
 
     def batches(self, settings: dict, tokenizer, sequences: torch.Tensor, seed: int):
-        raise NotImplementedError
+        # Optional: objectives that do not train on packed text (translation, hub checkpoints, ProFormer's
+        # none) replace run() and never get here.
+        raise NotImplementedError(f"{type(self).__name__} does not train on packed text; it replaces run()")
 
     def run(self, config: dict, run) -> dict:
         return pretrain_packed(config, run, self)
