@@ -195,9 +195,9 @@ def test_shared_map_needs_the_fixed_stream():
 from leanlm.modeling.mixers import bench  # noqa: E402
 from leanlm.modeling.mixers.linear import causal_linear_attention  # noqa: E402
 from leanlm.modeling.mixers.taylor import (  # noqa: E402
+    Buffers,
     features_backward,
     n_features,
-    square_weights,
     taylor_attention,
     taylor_features,
     taylor_step,
@@ -219,23 +219,20 @@ def based_form(q, k, v, chunk):
     return causal_linear_attention(q, k, v, based_feature_map, pair, chunk)
 
 
-def weighted_features(x):
-    """W phi(x / d^(1/4)): the query side, with the squares' weights."""
-    d = x.size(-1)
-    return square_weights(d, torch.float64) * taylor_features(x / d ** 0.25)
-
-
 @pytest.mark.parametrize("d", [64, 8, 7])
 def test_symmetric_features_give_the_taylor_kernel(d):
-    """phi(q)^T W phi(k) = 1 + s + s^2/2 = Based's phi(q).phi(k), with (d+1)(d+2)/2 features
-    (2,145 at d_h = 64 instead of Based's 4,161); odd d gets a zero entry (one more row)."""
+    """phi(q).phi(k) = 1 + s + s^2/2 = Based's phi(q).phi(k), with (d+1)(d+2)/2 features
+    (2,145 at d_h = 64 instead of Based's 4,161); odd d gets a zero entry (one more row).
+    Writing into a given tensor gives the same features."""
     assert n_features(64) == 2145 and len(based_feature_map(torch.zeros(64))) == 4161
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(2, 2, 5, d, generator=g, dtype=torch.float64)
     n = d + 1 + d % 2
     assert taylor_features(a).shape[-1] == n_features(d) == n * (n + 1) // 2
     s = (a * b).sum(-1) / math.sqrt(d)
-    got = (weighted_features(a) * taylor_features(b / d ** 0.25)).sum(-1)
+    fa = torch.full((2, 5, n_features(d)), float("nan"), dtype=torch.float64)
+    assert taylor_features(a / d ** 0.25, out=fa) is fa
+    got = (fa * taylor_features(b / d ** 0.25)).sum(-1)
     torch.testing.assert_close(got, 1 + s + s * s / 2, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got, (based_feature_map(a) * based_feature_map(b)).sum(-1),
                                rtol=1e-12, atol=1e-12)
@@ -247,6 +244,11 @@ def test_features_backward_is_the_gradient_of_the_features(d):
     grad = torch.randn(3, 4, n_features(d), dtype=torch.float64)
     expected, = torch.autograd.grad((taylor_features(x) * grad).sum(), x)
     torch.testing.assert_close(features_backward(grad, x.detach()), expected, rtol=1e-12, atol=1e-12)
+    # Reused buffers (as the kernel passes them, chunk after chunk) give the same gradient.
+    buffers = Buffers()
+    for _ in range(2):
+        got = features_backward(grad, x.detach(), buffers)
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("length,chunk,groups,d", [

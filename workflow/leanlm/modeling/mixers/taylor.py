@@ -9,23 +9,27 @@ to x folds the degree-0 and degree-1 terms into the same products: with x~ = [x 
                   = sum_a w_a q~_a^2 k~_a^2 + sum_{a<b} (q~_a q~_b)(k~_a k~_b),
 
 w_a = 1/2 for the entries of x and 1 for the appended one (its square adds the missing 1/2). So
-phi(x~) = the products x~_a x~_b (a <= b): n (n + 1) / 2 features for n = d_h + 1 (2,145 at
-d_h = 64), about half the work and memory of the full map, for exactly the same kernel. The state
-S = sum_j phi(k_j) v_j^T is a plain sum; the weights w (:func:`square_weights`) multiply its rows
-when it is read, (w * phi(q)) . S.
+phi(x~) = sqrt(w) x~_a x~_b (a <= b; the weight only on squares) has n (n + 1) / 2 features for
+n = d_h + 1 (2,145 at d_h = 64), about half the work and memory of the full map, for exactly the
+same kernel: phi(q) . phi(k) = 1 + s + s^2/2. The weight is split evenly between the two sides so
+that the state S = sum_j phi(k_j) v_j^T is read by phi(q) alone, with no weighted copy of S.
 
 The unordered pairs {a, b} are enumerated as rotations: x~_a x~_{(a + r) mod n} for r = 0 .. n//2
 covers every pair exactly once when n is odd (r = 0: the squares). For odd d_h (even n) a zero is
 appended to x~ to make n odd; its products are zero features, harmless. The rotations are windows
 (``unfold``) of x~ followed by its own first half, so the features are one broadcast product, not a
-gather; they are stored with r fastest (index a * (n//2 + 1) + r), the layout that product gets.
+gather. They are stored rotation by rotation, a fastest (index r * n + a): then both sums of the
+feature map's backward run along rows of contiguous memory (measured 1.8x faster than r fastest).
 
 :func:`taylor_attention` is the chunked causal form: inside each chunk of C tokens, pairwise
 weights computed directly from q.k (C x C, all chunks in one batch; cheap); earlier chunks enter
 through the running state sum phi(k) v^T, read by each chunk's queries. Chunks are processed in
 groups whose feature tensors fit a memory budget (one group on GPUs; on CPUs one chunk at a time
-keeps the big temporaries in cache and in memory the allocator reuses rather than fresh pages),
-with the state carried between groups.
+keeps the big temporaries in cache), with the state carried between groups. The tokens x features
+temporaries of every group have the same shapes, so they live in buffers reused group after group
+(:class:`Buffers`): on a CPU, a fresh multi-megabyte tensor per op costs page faults that took
+longer than the op's arithmetic (a product into a fresh tensor measured 4x slower than into a
+reused one).
 
 Training uses a hand-written backward (:class:`TaylorChunks`): it saves q, k, v and the state at the
 start of each group (not the tokens x features tensors, which it rebuilds group by group), so
@@ -36,6 +40,8 @@ d/d v), plus the feature map's own backward (:func:`features_backward`).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
@@ -43,6 +49,36 @@ from torch.autograd.function import once_differentiable
 # Bytes one group's feature tensor may take: on CPUs one chunk per group (any budget below one
 # chunk's features), which measured fastest; elsewhere everything in one batched group.
 GROUP_BYTES = {"cpu": 0, "default": 2**30}
+
+# sqrt(w) on the squares of x's entries (w = 1/2), on each side of phi(q) . phi(k).
+SQRT_HALF = math.sqrt(0.5)
+
+
+class Buffers:
+    """Scratch tensors kept for the length of one call, one per (name, shape, dtype, device).
+
+    Every group of chunks asks for the same shapes, so each temporary is allocated once and then
+    overwritten: no page faults per op (see the module docstring). A tensor from here is valid
+    until the next request for the same name, so callers use it before asking again.
+    """
+
+    def __init__(self):
+        self._held: dict[tuple, torch.Tensor] = {}
+
+    def _get(self, name: str, shape: tuple[int, ...], like: torch.Tensor, zero: bool) -> torch.Tensor:
+        key = (name, tuple(shape), like.dtype, like.device)
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = like.new_zeros(shape) if zero else like.new_empty(shape)
+        return held
+
+    def empty(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """A tensor of ``shape`` with ``like``'s dtype and device, contents undefined."""
+        return self._get(name, shape, like, zero=False)
+
+    def zeros(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """Zeroed when first made and never cleared again: for regions callers never write."""
+        return self._get(name, shape, like, zero=True)
 
 
 def _extended_size(head_dim: int) -> int:
@@ -65,72 +101,83 @@ def _extended(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x, *tail, x[..., : n // 2]], dim=-1)
 
 
-def taylor_features(x: torch.Tensor) -> torch.Tensor:
-    """phi (..., n(n+1)/2): the products x~_a x~_b (a <= b) of x~ = [x, 1], each pair once.
+def taylor_features(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """phi (..., n(n+1)/2): sqrt(w) x~_a x~_b (a <= b) of x~ = [x, 1], each pair once.
 
-    ``x`` (..., d) is q or k divided by d^(1/4). (w * phi(q)) . phi(k) = 1 + q.k + (q.k)^2/2
-    with w = :func:`square_weights`.
-    """
-    n = _extended_size(x.size(-1))
-    extended = _extended(x)
-    products = extended[..., None, :n] * extended.unfold(-1, n, 1)   # [r, a] = x~_a x~_{a+r}
-    # The product comes out with r fastest in memory; index it that way so flattening is a view.
-    return products.transpose(-1, -2).flatten(-2)
-
-
-def features_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """d/dx of sum(grad * taylor_features(x)): grad (..., F), x (..., d) -> (..., d).
-
-    Feature [a, r] = x~_a x~_{a+r} sends grad * x~_{a+r} to a, and grad * x~_a to a + r (mod n).
-    The second is a sum along diagonals, done by skewing: row r of the (rows, n) grid is shifted
-    right by r through a zero-padded flat view, then the rows are summed; positions past n wrap.
+    ``x`` (..., d) is q or k divided by d^(1/4); phi(q) . phi(k) = 1 + q.k + (q.k)^2/2. ``out``:
+    a tensor of the result's shape to write into (else a new one).
     """
     d = x.size(-1)
     n = _extended_size(d)
+    extended = _extended(x)
+    pairs = (extended[..., None, :n], extended.unfold(-1, n, 1))   # [r, a] = x~_a x~_{a+r}
+    if out is None:  # differentiable (the tests' reference for features_backward)
+        grid = torch.mul(*pairs)
+    else:
+        grid = torch.mul(*pairs, out=out.unflatten(-1, (n // 2 + 1, n)))
+    grid[..., 0, :d] *= SQRT_HALF
+    return grid.flatten(-2) if out is None else out
+
+
+def features_backward(grad: torch.Tensor, x: torch.Tensor, buffers: Buffers | None = None
+                      ) -> torch.Tensor:
+    """d/dx of sum(grad * taylor_features(x)): grad (..., F), x (..., d) -> (..., d).
+
+    Feature [r, a] = c x~_a x~_{a+r} (c = sqrt(w)) sends c grad x~_{a+r} to a, and c grad x~_a to
+    a + r (mod n). Both are first summed with c = 1, a sum over r of contiguous rows; a square
+    (r = 0) sends its two halves to the same a, so c then enters as one correction,
+    (2c - 2) grad x~_a there. The sum to a + r runs along diagonals, done by skewing: row r is
+    shifted right by r through a flat view with ``rows`` zeros after each row, then the rows are
+    summed; positions past n wrap. ``buffers`` holds the two grid-sized products between calls.
+    """
+    buffers = buffers or Buffers()
+    d = x.size(-1)
+    n = _extended_size(d)
     rows = n // 2 + 1
+    lead = x.shape[:-1]
     extended = _extended(x)                                         # (..., n + rows - 1)
-    g = grad.unflatten(-1, (n, rows))                               # [a, r]
-    to_a = (g * extended.unfold(-1, n, 1).transpose(-1, -2)).sum(-1)
-    sent = (g * extended[..., :n, None]).transpose(-1, -2)          # [r, a] -> a + r
+    g = grad.unflatten(-1, (rows, n))                               # [r, a]
+    products = torch.mul(g, extended.unfold(-1, n, 1),
+                         out=buffers.empty("features_backward.to_a", (*lead, rows, n), grad))
+    to_a = products.sum(-2)
+    # Rows [r, a] with `rows` zeros after each (written once, never overwritten): the flat view of
+    # the first rows * width entries, width = n + rows - 1, puts row r's entry a at column a + r.
+    padded = buffers.zeros("features_backward.skew", (*lead, rows, n + rows), grad)
+    torch.mul(g, extended[..., None, :n], out=padded[..., :n])
     width = n + rows - 1
-    skewed = F.pad(sent, (0, rows)).flatten(-2)[..., : rows * width].unflatten(-1, (rows, width))
-    to_sum = skewed.sum(-2)                                         # (..., n + rows - 1)
+    to_sum = padded.flatten(-2)[..., : rows * width].unflatten(-1, (rows, width)).sum(-2)
     dx = to_a + to_sum[..., :n]
     dx[..., : rows - 1] += to_sum[..., n:]
-    return dx[..., :d]
+    return dx[..., :d].addcmul_(g[..., 0, :d], x, value=2 * SQRT_HALF - 2)
 
 
-def square_weights(head_dim: int, dtype: torch.dtype = torch.float32,
-                   device: torch.device | str | None = None) -> torch.Tensor:
-    """w (F,): 1/2 at the squares x~_a^2 of x's entries, 1 at every other feature (the appended
-    1's square and the cross products), so (w * phi(q)) . phi(k) = 1 + s + s^2/2."""
-    n = _extended_size(head_dim)
-    w = torch.ones(n, n // 2 + 1, dtype=dtype, device=device)
-    w[:head_dim, 0] = 0.5
-    return w.flatten()
-
-
-def _accumulate(carry: torch.Tensor | None, fk: torch.Tensor, v: torch.Tensor, in_place: bool
-                ) -> torch.Tensor:
-    """carry + fk^T v (batched), kept in float32 at least."""
+def _accumulate(carry: torch.Tensor | None, fk: torch.Tensor, v: torch.Tensor,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """carry + fk^T v (batched), kept in float32 at least, written into ``out`` when given (which
+    may be ``carry`` itself: an in-place update)."""
     acc = torch.promote_types(v.dtype, torch.float32)
+    if carry is not None and carry.dtype != v.dtype:  # a float32 state for bf16 inputs
+        total = carry + torch.bmm(fk.transpose(1, 2), v)
+        return total if out is None else out.copy_(total)
+    if out is None:
+        return (torch.bmm(fk.transpose(1, 2), v).to(acc) if carry is None
+                else torch.baddbmm(carry, fk.transpose(1, 2), v))
     if carry is None:
-        return torch.bmm(fk.transpose(1, 2), v).to(acc)
-    if carry.dtype != v.dtype:
-        return carry + torch.bmm(fk.transpose(1, 2), v)
-    if in_place:
+        return torch.bmm(fk.transpose(1, 2), v, out=out) if acc == v.dtype else \
+            out.copy_(torch.bmm(fk.transpose(1, 2), v))
+    if out is carry:
         return carry.baddbmm_(fk.transpose(1, 2), v)
-    return torch.baddbmm(carry, fk.transpose(1, 2), v)
+    return torch.baddbmm(carry, fk.transpose(1, 2), v, out=out)
 
 
-def _features(*xs: torch.Tensor | None) -> list[torch.Tensor | None]:
+def _features(buffers: Buffers, *xs: torch.Tensor | None) -> list[torch.Tensor | None]:
     """taylor_features of each x given (None: not needed), in one batched call for two: fewer,
-    larger kernels (on a shared CPU each kernel's thread barrier can cost far more than its maths)."""
+    larger kernels (on a shared CPU each kernel's thread barrier can cost far more than its maths).
+    The results live in ``buffers`` until the next call."""
     present = [x for x in xs if x is not None]
-    if len(present) == 2:
-        found = iter(taylor_features(torch.stack(present)).unbind(0))
-    else:
-        found = iter([taylor_features(x) for x in present])
+    stacked = torch.stack(present)
+    out = buffers.empty("features", (*stacked.shape[:-1], n_features(stacked.size(-1))), stacked)
+    found = iter(taylor_features(stacked, out=out).unbind(0))
     return [None if x is None else next(found) for x in xs]
 
 
@@ -162,88 +209,104 @@ def _prefixes(fk: torch.Tensor, v: torch.Tensor, carry: torch.Tensor | None, row
     return before.reshape(-1, *before.shape[2:]), inclusive
 
 
-def _inter(q, k, v, carry, weights, build_state: bool, in_place: bool):
+def _inter(q, k, v, carry, build_state: bool, into: torch.Tensor | None, buffers: Buffers):
     """Earlier chunks' part of a group's outputs: q, k (R, G, C, d) (scaled; R = batch x heads),
     v (R, G, C, D), carry (R, F, D) the state of every earlier chunk (None: none). Returns (the
     part (R, G, C, D) or None, the state after the group or None when not ``build_state``);
-    ``in_place``: the carry may be updated in place."""
+    ``into``: where to write that state (the carry itself: updated in place; None: a new tensor)."""
     rows, groups, c, _ = q.shape
     q3, k3, v3 = (t.reshape(rows * groups, c, t.size(-1)) for t in (q, k, v))
     several = groups > 1
-    fq, fk = _features(q3 if carry is not None or several else None,
-                       k3 if build_state or several else None)
+    reads, builds = carry is not None or several, build_state or several
+    if not (reads or builds):
+        return None, None
+    fq, fk = _features(buffers, q3 if reads else None, k3 if builds else None)
     part, new_carry = None, None
     if not several:  # read the state, then add this chunk to it
         if carry is not None:
-            part = torch.bmm(fq, (carry * weights[:, None]).to(q.dtype))
+            part = torch.bmm(fq, carry.to(q.dtype))
         if build_state:
-            new_carry = _accumulate(carry, fk, v3, in_place)
+            new_carry = _accumulate(carry, fk, v3, into)
     else:
         before, inclusive = _prefixes(fk, v3, carry, rows)
-        part = torch.bmm(fq, (before * weights[:, None]).to(q.dtype))
+        part = torch.bmm(fq, before.to(q.dtype))
         if build_state:
             new_carry = inclusive[:, -1] if carry is None else carry + inclusive[:, -1]
+            if into is not None:
+                new_carry = into.copy_(new_carry)
     return (None if part is None else part.view(rows, groups, c, -1)), new_carry
 
 
-def _inter_backward(q, k, v, carry, weights, dout, dcarry):
+def _inter_backward(q, k, v, carry, dout, dcarry, buffers: Buffers):
     """Gradients through :func:`_inter` (shapes as there): (dq, dk, dv) to add (each or None) and
     the gradient of the carry entering the group, given d out and the gradient of the state after
-    the group (None: it reached nothing)."""
+    the group (None: it reached nothing). ``dcarry`` is this call's to update in place when its
+    dtype allows (the caller owns it)."""
     rows, groups, c, _ = q.shape
     q3, k3, v3, do3 = (t.reshape(rows * groups, c, t.size(-1)) for t in (q, k, v, dout))
     dtype, acc = q.dtype, torch.promote_types(q.dtype, torch.float32)
     several = groups > 1
     reads = carry is not None or several
-    fq, fk = _features(q3 if reads else None, k3 if dcarry is not None or several else None)
+    if not reads and dcarry is None:
+        return None, None, None, None
+    fq, fk = _features(buffers, q3 if reads else None, k3 if dcarry is not None or several else None)
     before = _prefixes(fk, v3, carry, rows)[0] if several else carry
-    dbefore = None
-    if reads:  # part = phi(q) (w * before)
-        dbefore = torch.bmm(fq.transpose(1, 2), do3).to(acc) * weights[:, None]
     # What each chunk's fk^T v reached: the carry out and, in a group, later chunks' prefixes.
     if not several:
         dstate = dcarry
-        dcarry_in = dbefore if dcarry is None else dcarry if dbefore is None else dcarry + dbefore
     else:
+        dbefore = torch.bmm(fq.transpose(1, 2), do3).to(acc)
         later = dbefore.view(rows, groups, *dbefore.shape[1:]).flip(1).cumsum(1).flip(1)
         dstate, dcarry_in = F.pad(later[:, 1:], (0, 0, 0, 0, 0, 1)), later[:, 0]
         if dcarry is not None:
             dstate, dcarry_in = dstate + dcarry[:, None], dcarry_in + dcarry
         dstate = dstate.reshape(rows * groups, *dstate.shape[2:])
-    # d features of q (reads) and of k (states), through the feature map in one call.
-    grads, xs = [], []
+    # d features of q (reads) and of k (states), written side by side, through the feature map
+    # in one call.
+    count = int(reads) + int(dstate is not None)
+    grads = buffers.empty("features_grad", (count, rows * groups, c, n_features(q.size(-1))), q3)
+    xs = []
     if reads:
-        grads.append(torch.bmm(do3, (before * weights[:, None]).to(dtype).transpose(1, 2)))
+        torch.bmm(do3, before.to(dtype).transpose(1, 2), out=grads[len(xs)])
         xs.append(q3)
     if dstate is not None:
         dstate = dstate.to(dtype)
-        grads.append(torch.bmm(v3, dstate.transpose(1, 2)))
+        torch.bmm(v3, dstate.transpose(1, 2), out=grads[len(xs)])
         xs.append(k3)
-    if len(xs) == 2:
-        dxs = list(features_backward(torch.stack(grads), torch.stack(xs)).unbind(0))
-    else:
-        dxs = [features_backward(g, x) for g, x in zip(grads, xs)]
+    dxs = list(features_backward(grads, torch.stack(xs), buffers).unbind(0))
     dq = dxs.pop(0) if reads else None
     dk = dxs.pop(0) if dstate is not None else None
     dv = None if dstate is None else torch.bmm(fk, dstate)
+    if not several:  # the carry entering the chunk also reached this chunk's reads
+        if not reads:
+            dcarry_in = dcarry
+        elif dcarry is None:
+            dcarry_in = torch.bmm(fq.transpose(1, 2), do3).to(acc)
+        elif dcarry.dtype == dtype:
+            dcarry_in = dcarry.baddbmm_(fq.transpose(1, 2), do3)
+        else:
+            dcarry_in = dcarry + torch.bmm(fq.transpose(1, 2), do3)
     shape = (rows, groups, c, -1)
     return (*(None if t is None else t.view(shape) for t in (dq, dk, dv)), dcarry_in)
 
 
-def _forward(q, k, v, weights, group, return_state, keep_carries):
+def _forward(q, k, v, group, return_state, keep_carries):
     """Every chunk's outputs (R, N, C, D), the final state (or None) and the carry entering each
     group (kept for backward: then never updated in place)."""
     rows, n, c, _ = q.shape
     flat = [t.reshape(rows * n, c, t.size(-1)) for t in (q, k, v)]
     out = _intra(*flat).view(rows, n, c, -1)
-    carry, carries = None, []
+    carry, carries, buffers = None, [], Buffers()
     for start in range(0, n, group):  # a loop over groups of chunks, each one batched
         part = slice(start, start + group)
         carries.append(carry)
-        # The state is needed by later chunks of this group, later groups, or the caller.
+        # The state is needed by later chunks of this group, later groups, or the caller. Kept
+        # states are separate tensors, one a group: the allocator reuses their memory step after
+        # step, where one tensor for all of them would be fresh pages each step (measured 5x the
+        # cost of writing them).
         build = return_state or start + group < n
-        inter, carry = _inter(q[:, part], k[:, part], v[:, part], carry, weights, build,
-                              in_place=not keep_carries)
+        into = None if keep_carries else carry
+        inter, carry = _inter(q[:, part], k[:, part], v[:, part], carry, build, into, buffers)
         if inter is not None:
             out[:, part] += inter
     return out, (carry if return_state else None), carries
@@ -251,35 +314,37 @@ def _forward(q, k, v, weights, group, return_state, keep_carries):
 
 class TaylorChunks(torch.autograd.Function):
     """The chunked form with its hand-written backward. Inputs: q, k (R, N, C, d) scaled, v (R, N,
-    C, D), the square weights, the group size and whether to return the final state too."""
+    C, D), the group size and whether to return the final state too."""
 
     @staticmethod
-    def forward(ctx, q, k, v, weights, group, return_state):
-        out, state, carries = _forward(q, k, v, weights, group, return_state, keep_carries=True)
+    def forward(ctx, q, k, v, group, return_state):
+        out, state, carries = _forward(q, k, v, group, return_state, keep_carries=True)
         ctx.group = group
-        ctx.save_for_backward(q, k, v, weights, *carries[1:])
+        ctx.save_for_backward(q, k, v, *carries[1:])
         ctx.set_materialize_grads(False)
         return (out, state) if return_state else out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dstate=None):
-        q, k, v, weights, *carries = ctx.saved_tensors
+        q, k, v, *carries = ctx.saved_tensors
         carries = [None, *carries]
         rows, n, c, _ = q.shape
         if dout is None:
             dout = torch.zeros(rows, n, c, v.size(-1), dtype=v.dtype, device=v.device)
         flat = [t.reshape(rows * n, c, t.size(-1)) for t in (q, k, v, dout)]
         dq, dk, dv = (t.view(rows, n, c, -1) for t in _intra_backward(*flat))
-        dcarry = dstate
+        # Ours to accumulate into in place (autograd's gradient is not).
+        dcarry = None if dstate is None else dstate.clone()
+        buffers = Buffers()
         for index in reversed(range(len(carries))):
             part = slice(index * ctx.group, (index + 1) * ctx.group)
             *adds, dcarry = _inter_backward(q[:, part], k[:, part], v[:, part], carries[index],
-                                            weights, dout[:, part], dcarry)
+                                            dout[:, part], dcarry, buffers)
             for grad, add in zip((dq, dk, dv), adds):
                 if add is not None:
                     grad[:, part] += add
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None
 
 
 def taylor_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int = 128,
@@ -304,12 +369,11 @@ def taylor_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: i
     if group_bytes is None:
         group_bytes = GROUP_BYTES.get(q.device.type, GROUP_BYTES["default"])
     group = max(1, group_bytes // (b * heads * c * n_features(d) * q.element_size()))
-    weights = square_weights(d, torch.promote_types(q.dtype, torch.float32), q.device)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        result = TaylorChunks.apply(qc, kc, vc, weights, group, return_state)
+        result = TaylorChunks.apply(qc, kc, vc, group, return_state)
         out, state = result if return_state else (result, None)
     else:
-        out, state, _ = _forward(qc, kc, vc, weights, group, return_state, keep_carries=False)
+        out, state, _ = _forward(qc, kc, vc, group, return_state, keep_carries=False)
     if state is not None:
         state = state.view(b, heads, *state.shape[1:])
     return out.reshape(b, heads, n * c, -1)[:, :, :length], state
@@ -324,5 +388,4 @@ def taylor_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.
     fk = taylor_features(k * d ** -0.25)
     update = (fk.transpose(-1, -2) @ v).to(torch.promote_types(v.dtype, torch.float32))
     state = update if state is None else state + update
-    weights = square_weights(d, state.dtype, state.device)[:, None]
-    return taylor_features(q * d ** -0.25) @ (state * weights).to(q.dtype), state
+    return taylor_features(q * d ** -0.25) @ state.to(q.dtype), state
