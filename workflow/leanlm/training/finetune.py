@@ -143,6 +143,28 @@ RUNNER_MODULES = ("leanlm.training.multiple_choice", "leanlm.training.span_qa",
                   "leanlm.training.lm_eval_runner", "leanlm.training.ch4_analysis")
 
 
+def task_record(task: str, seed: int, spec, metrics: dict, test_metrics: dict, summary: dict,
+                train_config: TrainConfig, train_examples: int, validation_examples: int, started: float,
+                **extra) -> dict:
+    """The result every task runner returns for one (task, seed): dev and test metrics, the primary
+    metric, when training stopped improving and how long it took; ``extra`` adds a runner's own fields
+    (SQuAD's feature counts, GLUE's inference clock)."""
+    return {
+        "task": task,
+        "seed": seed,
+        "metrics": metrics,
+        "test_metrics": test_metrics,
+        "primary_metric": spec.primary_metric,
+        "primary": metrics[spec.primary_metric],
+        "best_step": summary.get("best_step"),
+        "steps": train_config.total_steps,
+        "train_examples": train_examples,
+        "validation_examples": validation_examples,
+        "train_seconds": time.time() - started,
+        **extra,
+    }
+
+
 def import_runner_modules() -> None:
     import importlib
 
@@ -214,22 +236,10 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     test_metrics = compute_all(spec.metrics, attach_groups(test_rows, test_preds),
                                attach_groups(test_rows, [r["label"] for r in test_rows]))
     shutil.rmtree(scratch, ignore_errors=True)
-    return {
-        "task": task,
-        "seed": seed,
-        "metrics": metrics,
-        "test_metrics": test_metrics,
-        "primary_metric": spec.primary_metric,
-        "primary": metrics[spec.primary_metric],
-        "best_step": summary.get("best_step"),
-        "steps": train_config.total_steps,
-        "train_examples": len(train_rows),
-        "validation_examples": len(dev_rows),
-        "train_seconds": time.time() - started,
-        "inference_seconds": clock.seconds,
-        "inference_examples": clock.examples,
-        "inference_seconds_per_sample": clock.seconds_per_sample,
-    }
+    return task_record(task, seed, spec, metrics, test_metrics, summary, train_config, len(train_rows),
+                       len(dev_rows), started, inference_seconds=clock.seconds,
+                       inference_examples=clock.examples,
+                       inference_seconds_per_sample=clock.seconds_per_sample)
 
 
 def finetune(config: dict, run_id: str, family: str) -> dict:

@@ -21,7 +21,8 @@ from leanlm.data.tasks import get_task
 from leanlm.evaluation.metrics import compute_all
 from leanlm.modeling.checkpoint import load_model
 from leanlm.training.engine import Trainer
-from leanlm.training.finetune import TASK_RUNNERS, TaskBatches, TaskRunner, _load_split, finetune_train_config
+from leanlm.training.finetune import (TASK_RUNNERS, TaskBatches, TaskRunner, _load_split, finetune_train_config,
+                                      task_record)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate, encode_examples, example_indices
 
@@ -114,16 +115,5 @@ class MultipleChoiceRunner(TaskRunner):
         metrics = evaluate(model)  # the engine restored the best state
         test_metrics = evaluate(model, "test")
         shutil.rmtree(scratch, ignore_errors=True)
-        return {
-            "task": task,
-            "seed": seed,
-            "metrics": metrics,
-            "test_metrics": test_metrics,
-            "primary_metric": spec.primary_metric,
-            "primary": metrics[spec.primary_metric],
-            "best_step": summary.get("best_step"),
-            "steps": train_config.total_steps,
-            "train_examples": len(rows["train"]),
-            "validation_examples": len(rows["validation"]),
-            "train_seconds": time.time() - started,
-        }
+        return task_record(task, seed, spec, metrics, test_metrics, summary, train_config,
+                           len(rows["train"]), len(rows["validation"]), started)

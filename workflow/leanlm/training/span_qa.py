@@ -35,7 +35,8 @@ from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.squad import as_references
 from leanlm.modeling.checkpoint import load_model
 from leanlm.training.engine import Trainer
-from leanlm.training.finetune import TASK_RUNNERS, TaskBatches, TaskRunner, _load_split, finetune_train_config
+from leanlm.training.finetune import (TASK_RUNNERS, TaskBatches, TaskRunner, _load_split, finetune_train_config,
+                                      task_record)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate
 
@@ -230,19 +231,6 @@ def finetune_span_qa(config: dict, run_id: str, family: str, task: str, seed: in
     metrics = evaluate(model)  # the engine restored the best evaluation's weights
     test_metrics = evaluate(model, "test")
     shutil.rmtree(scratch, ignore_errors=True)
-    return {
-        "task": task,
-        "seed": seed,
-        "metrics": metrics,
-        "test_metrics": test_metrics,
-        "primary_metric": spec.primary_metric,
-        "primary": metrics[spec.primary_metric],
-        "best_step": summary.get("best_step"),
-        "steps": train_config.total_steps,
-        "train_examples": len(rows["train"]),
-        "train_features": len(train),
-        "validation_examples": len(rows["validation"]),
-        "validation_features": len(features["validation"]),
-        "null_answers": allow_null,
-        "train_seconds": time.time() - started,
-    }
+    return task_record(task, seed, spec, metrics, test_metrics, summary, train_config, len(rows["train"]),
+                       len(rows["validation"]), started, train_features=len(train),
+                       validation_features=len(features["validation"]), null_answers=allow_null)
