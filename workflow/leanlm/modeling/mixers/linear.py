@@ -112,9 +112,9 @@ class ApproximateAttention(LinearAttentionMixer):
     """Second-order Taylor attention with one joint normaliser (Based's kernel, symmetric features)."""
 
     # Tokens per chunk of the parallel form: the (C x C) pairwise part grows with C, the number
-    # of chunk steps (small kernels) shrinks. On a quiet 2-core CPU at d_h = 64, L = 8192
-    # (mixers/bench.py, docs/benchmarks.md) 64-128 were fastest (training 0.8-1.0x Standard, 256: 0.68x;
-    # inference 1.2-1.4x). Any value gives the same result.
+    # of chunk steps (small kernels) shrinks. On the 2-core CPU at d_h = 64, L = 8192
+    # (mixers/bench.py, docs/benchmarks.md) 128 was fastest in training (0.90-1.15x Standard; 64:
+    # 0.75-1.07x, 256: 0.95-1.03x) and inference (1.2x). Any value gives the same result.
     chunk_size = 128
 
     @staticmethod
