@@ -13,26 +13,11 @@ from leanlm.modeling.attention import ATTENTION, build_attention
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.encoder import BertEncoder
 
+from attention_modules import D_MODEL, HEAD_DIM, N_HEADS, inputs, make  # noqa: E402  (tests/ is on sys.path)
+
 torch.set_num_threads(2)
 
-D_MODEL, N_HEADS, HEAD_DIM = 32, 4, 8
 VARIANTS = ["sha", "mha", "mhe_add", "mhe_mul"]
-
-
-def make(name: str, **kw):
-    torch.manual_seed(0)
-    module = build_attention(name, d_model=D_MODEL, n_heads=N_HEADS, head_dim=HEAD_DIM, **kw)
-    # Non-zero biases so a test notices a bias applied in the wrong place.
-    with torch.no_grad():
-        for n, p in module.named_parameters():
-            if n.endswith("bias"):
-                p.normal_(0, 0.1)
-    return module.eval()
-
-
-def inputs(batch=2, length=6, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, length, D_MODEL, generator=g)
 
 
 # psi of §3.3.4, written out here rather than taken from the modules under test.

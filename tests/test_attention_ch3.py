@@ -15,27 +15,13 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.counting import attention_block_memory, attention_parameters, qkv_parameters
 from leanlm.modeling.encoder import BertEncoder
 
+from attention_modules import D_MODEL, HEAD_DIM, N_HEADS, inputs, make  # noqa: E402  (tests/ is on sys.path)
+
 torch.set_num_threads(2)
 
-D_MODEL, N_HEADS, HEAD_DIM = 32, 4, 8
 SOFTMAX = ["el_att", "mqa", "skv"]
 MIXERS = ["fnet", "linear"]
 CAUSAL = ["el_att", "mqa", "skv", "linear"]
-
-
-def make(name: str, **kw):
-    torch.manual_seed(0)
-    module = build_attention(name, d_model=D_MODEL, n_heads=N_HEADS, head_dim=HEAD_DIM, **kw)
-    with torch.no_grad():  # non-zero biases, so a bias applied in the wrong place shows
-        for n, p in module.named_parameters():
-            if n.endswith("bias"):
-                p.normal_(0, 0.1)
-    return module.eval()
-
-
-def inputs(batch=2, length=6, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, length, D_MODEL, generator=g)
 
 
 def on_meta(name: str, n: int, d: int, **kw):
