@@ -1,17 +1,23 @@
 """Atomic file writes: a killed job never leaves a half-written output behind.
 
 Everything is written to a temporary file in the destination directory and moved into place with
-``os.replace``, which is atomic on POSIX file systems.
+``os.replace``, which is atomic on POSIX file systems. :func:`build_once` adds an inter-process lock
+for caches that several jobs may want at the same moment (a token stream of billions of tokens is
+worth building once, not once per concurrent pretraining job).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -96,3 +102,36 @@ def sha256_file(path: str | os.PathLike) -> str:
             digest.update(block)
     return digest.hexdigest()
 
+
+
+def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = "") -> bool:
+    """Make sure ``target`` exists, calling ``build()`` (which must create it, atomically) at most
+    once across the processes that share the file system; returns whether this call built it.
+
+    The first process to need a missing target takes an exclusive ``flock`` on ``<target>.lock``;
+    others block on it (saying whom they wait for) and find the target made when it is released. A
+    process killed while building releases the lock with its death, and the next one builds anew (the
+    atomic write left nothing half-made). flock is per host on some network file systems: jobs on
+    different cluster nodes may then both build, which is safe, only slower.
+    """
+    target = Path(target)
+    if target.exists():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = target.with_name(target.name + ".lock")
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process building %s%s", what or target.name,
+                     f" ({target})" if what else "")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if target.exists():  # built by the process we waited for
+                return False
+            build()
+            if not target.exists():
+                raise RuntimeError(f"building {target} did not create it")
+            return True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
