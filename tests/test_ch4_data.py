@@ -292,6 +292,8 @@ data:
     slimpajama: {dataset: cerebras/SlimPajama-627B, config: null, split: train, text_field: text,
                  source_field: meta.redpajama_set_name, max_documents: 80, validation_fraction: 0.1,
                  test_fraction: 0.1, split_seed: 5}
+    fineweb: {dataset: HuggingFaceFW/fineweb, config: sample-10BT, split: train, text_field: text,
+              max_documents: 80, validation_fraction: 0.1, test_fraction: 0.1, split_seed: 7}
   tokenizers:
     pythia: {kind: hub, name: PYTHIA, vocab_multiple: 128}
 models:
@@ -377,7 +379,8 @@ def test_pretraining_reads_the_named_corpus_and_tokenizer(tiny_run):
     record = json.loads((root / "results" / "tiny" / "runs" / RUN / "pretrain.json").read_text())
     assert record["data"]["packing"] == "eos" and record["data"]["corpus"] == "slimpajama"
     assert record["data"]["corpus_dir"] == "data/tiny/corpora/slimpajama" and record["data"]["tokenizer"] == "pythia"
-    assert record["data"]["fixed_sequence"]["doc_ids"][0].startswith("slimpajama:")  # a held-out SlimPajama text
+    assert record["data"]["fixed_sequence"]["corpus"] == "fineweb"  # FixedSeqQK's text: a FineWeb document
+    assert record["data"]["fixed_sequence"]["doc_ids"][0].startswith("fineweb:")
     assert record["model"]["vocab_size"] == 384 and math.isfinite(record["validation"]["lm_loss"])  # 300 -> 3 x 128
     model_dir = root / "models" / "tiny" / RUN
     named = Tokenizer.from_file(str(root / "data" / "tiny" / "tokenizers" / "pythia" / "tokenizer.json"))

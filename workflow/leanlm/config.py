@@ -36,13 +36,14 @@ RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers", "objective", "
 BLOCKLESS_OBJECTIVES = ("none", "hub")
 # The attention a run gets when it names none: the thesis's standard softmax attention.
 DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen": "standard"}
-# Named pretraining data (an experiment's ``pretrain_data``, ch. 4's SlimPajama and Pythia BPE): the
-# profile keys that define the names, and what a run may do with them. Objectives that pack the corpus
+# Named pretraining data (an experiment's ``pretrain_data``, ch. 4's SlimPajama and Pythia BPE, and the
+# corpus FixedSeqQK's fixed text comes from, FineWeb's sample-10BT, §4.3.4): the profile keys that define
+# the names, and what a run may do with them. Objectives that pack the corpus
 # may read a named corpus; a named tokenizer travels with the model (models/<profile>/<run>/tokenizer.json),
 # and only the families that read it from there may evaluate such a model: ch. 4's lm_eval and analysis
 # for causal LMs (Pythia's BPE), GLUE (with its glue_ch2 variant) for ch. 2's MLM / Shuffle+Random BERTs
 # (RoBERTa's BPE), whose inputs are the tokenizer's ids or, for hash_subword, its pieces hashed.
-PRETRAIN_DATA_KEYS = {"corpus": "corpora", "tokenizer": "tokenizers"}
+PRETRAIN_DATA_KEYS = {"corpus": "corpora", "tokenizer": "tokenizers", "fixed_text": "corpora"}
 PRETRAIN_DATA_OBJECTIVES = ("mlm", "causal_lm", "shuffle_random")
 NAMED_TOKENIZER_FAMILIES_BY_OBJECTIVE = {"causal_lm": ("lm_eval", "analysis"), "mlm": ("glue",),
                                          "shuffle_random": ("glue",)}
@@ -73,6 +74,9 @@ class Run:
     hub_checkpoint: str = ""          # objective hub: the checkpoint it loads (e.g. google/canine-c)
     pretrain_corpus: str = ""         # data.corpora.<name> it pretrains on; "": the profile's corpus
     pretrain_tokenizer: str = ""      # data.tokenizers.<name> it pretrains with; "": the profile's tokenizer
+    # data.corpora.<name> FixedSeqQK's fixed text is read from (only runs whose model has one);
+    # "": the corpus the run pretrains on.
+    fixed_text_corpus: str = ""
 
     @property
     def run_id(self) -> str:
@@ -304,11 +308,11 @@ def _check_evaluated_runs(config: dict, path: Path) -> None:
                 raise ConfigError(f"{path}: run {run.run_id} evaluates {target.run_id}'s model but describes another: "
                                   + ", ".join(f"{k} = {run.model.get(k)!r} vs {target.model.get(k)!r}" for k in differ)
                                   + "; give it the same size, attention and layout")
-            data = (run.pretrain_corpus, run.pretrain_tokenizer)
-            if data != (target.pretrain_corpus, target.pretrain_tokenizer):
-                theirs = (target.pretrain_corpus, target.pretrain_tokenizer)
+            data = _pretrain_data_identity(run)
+            if data != _pretrain_data_identity(target):
                 raise ConfigError(f"{path}: run {run.run_id} evaluates {target.run_id}'s model but names other "
-                                  f"pretraining data (corpus, tokenizer; '' = the profile's): {data} vs {theirs}; "
+                                  f"pretraining data (corpus, tokenizer, fixed_text; '' = the profile's, for "
+                                  f"fixed_text the pretraining corpus): {data} vs {_pretrain_data_identity(target)}; "
                                   f"give it the same pretrain_data")
         if run.skip_simple_layers:
             kinds = layer_kinds(run.model.get("layout", "uniform"), run.model["n_layers"]) \
@@ -317,6 +321,11 @@ def _check_evaluated_runs(config: dict, path: Path) -> None:
                 raise ConfigError(f"{path}: run {run.run_id} has skip_simple_layers but its model (backbone "
                                   f"{run.backbone}, layout {run.model.get('layout', 'uniform')!r}) is no hybrid of "
                                   f"simple and standard layers (ch. 4's Qwen decoder with e.g. layout: even)")
+
+
+def _pretrain_data_identity(run: Run) -> tuple[str, str, str]:
+    """The named data a run's model is made of: two runs with one model must agree on all of it."""
+    return (run.pretrain_corpus, run.pretrain_tokenizer, run.fixed_text_corpus)
 
 
 def _pretrain_data_fields(experiment: dict, fields: dict) -> dict:
@@ -355,7 +364,7 @@ def _check_pretrain_data(config: dict, path: Path) -> None:
                 defined = config["data"].get(profile_key)
                 if defined is not None and value not in defined:
                     raise ConfigError(f"{where()}: key pretrain_data.{kind} = {value!r} is not defined by {path} "
-                                      f"(key data.{profile_key}); allowed: {', '.join(map(repr, sorted(defined))) or 'none'}")
+                                      f"(key data.{profile_key}); allowed: {', '.join(map(repr, defined)) or 'none'}")
             objective = fields.get("objective", experiment["objective"])
             if objective not in PRETRAIN_DATA_OBJECTIVES:
                 raise ConfigError(f"{where()}: pretrain_data needs an objective that pretrains on the packed corpus "
@@ -380,14 +389,17 @@ def _check_pretrain_data(config: dict, path: Path) -> None:
 
 
 def named_pretrain_data(config: dict, run: Run) -> dict:
-    """``{"corpus": {name: settings}, "tokenizer": {name: settings}}`` of the named data run ``run``
-    pretrains with (only the kinds it names and the profile defines): what the pretrain rule passes
-    as params, so changing SlimPajama's settings reruns only the runs that read it."""
+    """``{"corpus": {name: settings}, "tokenizer": {name: settings}, "fixed_text": {name: settings}}`` of
+    the named data run ``run`` pretrains with (only the kinds it resolves to: see :func:`runs`): what the
+    pretrain rule passes as params, so changing SlimPajama's settings reruns only the runs that read it,
+    and FineWeb's only the FixedSeqQK runs."""
     out = {}
     if run.pretrain_corpus:
         out["corpus"] = {run.pretrain_corpus: config["data"]["corpora"][run.pretrain_corpus]}
     if run.pretrain_tokenizer:
         out["tokenizer"] = {run.pretrain_tokenizer: config["data"]["tokenizers"][run.pretrain_tokenizer]}
+    if run.fixed_text_corpus:
+        out["fixed_text"] = {run.fixed_text_corpus: config["data"]["corpora"][run.fixed_text_corpus]}
     return out
 
 
@@ -440,8 +452,14 @@ def runs(config: dict) -> list[Run]:
                 target = f"{experiment_name}-{target}"
             # Named data the profile defines; a profile without data.corpora/tokenizers uses its own.
             named = _pretrain_data_fields(experiment, fields)
-            corpus = named.get("corpus", "")
+            corpora = config.get("data", {}).get("corpora") or {}
+            corpus = named.get("corpus", "") if named.get("corpus", "") in corpora else ""
             tokenizer = named.get("tokenizer", "")
+            # FixedSeqQK's text corpus, only for models that read a fixed text (so no other run's identity or
+            # params change), and "" where it is the pretraining corpus anyway.
+            fixed_text = named.get("fixed_text", "")
+            if fixed_text not in corpora or fixed_text == corpus or not _reads_fixed_text(model):
+                fixed_text = ""
             out.append(
                 Run(
                     experiment=experiment_name,
@@ -457,11 +475,18 @@ def runs(config: dict) -> list[Run]:
                     pretrain_variant=fields.get("pretrain_variant", ""),
                     finetune_variants=dict(experiment.get("finetune_variants", {})),
                     hub_checkpoint=fields.get("hub_checkpoint", ""),
-                    pretrain_corpus=corpus if corpus in config.get("data", {}).get("corpora", {}) else "",
+                    pretrain_corpus=corpus,
                     pretrain_tokenizer=tokenizer if tokenizer in config.get("data", {}).get("tokenizers", {}) else "",
+                    fixed_text_corpus=fixed_text,
                 )
             )
     return out
+
+
+def _reads_fixed_text(model: dict) -> bool:
+    from leanlm.training.fixed_sequence import reads_fixed_text  # torch: only once runs are resolved
+
+    return reads_fixed_text(model)
 
 
 def _scale_embedding_size(model: dict, sizes: dict) -> None:

@@ -28,11 +28,13 @@ rule data:
 
 # One rule per kind (DVC stage corpora@<profile> / tokenizers@<profile>, leanlm.data.pretrain_data), so a
 # changed tokenizer never deletes and re-streams the corpus. Defined only for profiles that name any.
+# The corpora rule declares one folder per corpus (the stage writes them all), so that a pretraining job
+# depends on the corpora it reads only: SlimPajama for ch. 4, and FineWeb for FixedSeqQK's fixed text.
 if NAMED_DATA["corpora"]:
 
     rule data_corpora:
         output:
-            directory(f"data/{PROFILE}/corpora"),
+            [directory(f"data/{PROFILE}/corpora/{name}") for name in NAMED_DATA["corpora"]],
         params:
             corpora=NAMED_DATA["corpora"],
             code=code_version(*STAGE_CODE["corpora"]),
@@ -57,13 +59,14 @@ def data_inputs(*names):
 
 
 def run_data_inputs(wildcards):
-    """The named corpus/tokenizer folders of a run whose experiment names them (none otherwise)."""
+    """The named corpus folders (its pretraining corpus, FixedSeqQK's text corpus) and tokenizer folder of a
+    run whose experiment names them and whose model reads them (none otherwise)."""
     run = RUNS[wildcards.run_id]
-    kinds = [kind for kind, name in (("corpora", run.pretrain_corpus), ("tokenizers", run.pretrain_tokenizer)) if name]
-    return data_inputs(*kinds)
+    corpora = dict.fromkeys(name for name in (run.pretrain_corpus, run.fixed_text_corpus) if name)
+    return data_inputs(*(f"corpora/{name}" for name in corpora), *(["tokenizers"] if run.pretrain_tokenizer else []))
 
 
 def run_data_params(wildcards):
-    """DATA_PARAMS, plus for a run with named data the settings of exactly that corpus and tokenizer."""
+    """DATA_PARAMS, plus for a run with named data the settings of exactly the corpora and tokenizer it reads."""
     named = named_pretrain_data(CFG, RUNS[wildcards.run_id])
     return {**DATA_PARAMS, "pretrain_data": named} if named else DATA_PARAMS

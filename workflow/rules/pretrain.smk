@@ -6,7 +6,8 @@ rule pretrain:
     input:
         # tasks: the translation objective trains on a task's train split.
         data_inputs("corpus", "tokenizer", "tasks"),
-        # ch. 4: the named corpus and tokenizer (SlimPajama, Pythia BPE) where the profile defines them.
+        # ch. 4: the named corpus and tokenizer (SlimPajama, Pythia BPE) where the profile defines them, and
+        # for FixedSeqQK runs the corpus of their fixed text (FineWeb).
         run_data_inputs,
     output:
         model="models/{profile}/{run_id}/model.safetensors",

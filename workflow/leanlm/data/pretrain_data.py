@@ -1,13 +1,19 @@
-"""Named pretraining data: a profile's ``data.corpora`` and ``data.tokenizers`` (ch. 4: SlimPajama, Pythia BPE).
+"""Named pretraining data: a profile's ``data.corpora`` and ``data.tokenizers`` (ch. 4: SlimPajama, Pythia BPE,
+and FineWeb's sample-10BT for FixedSeqQK's fixed text).
 
 Chapter 4 pretrains its Qwen decoders "on the SlimPajama dataset" with "the 50K English-centric BPE
 vocabulary of Pythia" (§4.4.2), while chapters 2 and 3 pretrain on the profile's own corpus with its own
 tokenizer (Wikipedia + BookCorpus and BERT's WordPiece in the paper profile). So an experiment names the
 data it pretrains on (``pretrain_data: {corpus: slimpajama, tokenizer: pythia}`` in
 params/experiments/ch4.yaml) and a profile may define those names; one that does not (smoke, offline)
-pretrains those runs on its own corpus and tokenizer. :func:`leanlm.config.runs` resolves the names
-(``Run.pretrain_corpus``/``pretrain_tokenizer``, "" for the profile's own) and :func:`run_data` turns them
-into directories.
+pretrains those runs on its own corpus and tokenizer. FixedSeqQK's fixed text is "the first 2048 tokens
+from FineWeb-10BT" (§4.3.4), a corpus the model does not pretrain on: ``pretrain_data.fixed_text: fineweb``
+names it, and the paper profile's ``data.corpora.fineweb`` is a few thousand documents of FineWeb's
+sample-10BT, enough held-out text for it (:mod:`leanlm.training.fixed_sequence`). :func:`leanlm.config.runs`
+resolves the names (``Run.pretrain_corpus``/``pretrain_tokenizer``, "" for the profile's own;
+``Run.fixed_text_corpus`` only for runs whose model reads a fixed text, "" for the pretraining corpus) and
+:func:`run_data` turns them into directories. Snakemake's pretrain job of a run depends on exactly the
+corpus folders it reads (the FixedSeqQK runs on ``corpora/fineweb`` too) and takes their settings as params.
 
 Two DVC stages per profile that names data (dvc.yaml's ``named_data_profiles``), each written atomically
 (a hidden sibling folder replaces the old one on success)::
@@ -20,8 +26,8 @@ run as ``python -m leanlm.data.pretrain_data {corpora,tokenizers} --params param
 
 A corpus is streamed from the hub (``datasets`` streaming: nothing but the documents kept is downloaded)
 and stops after ``max_documents``; rows in the hub's schema (SlimPajama: ``text``,
-``meta.redpajama_set_name``) become documents in :func:`hub_documents`, which tests feed local
-fixtures, and the corpus files have the shape of the profile corpus (:mod:`leanlm.data.corpus`: hash
+``meta.redpajama_set_name``; FineWeb: ``text``, ``dump``) become documents in :func:`hub_documents`, which
+tests feed local fixtures, and the corpus files have the shape of the profile corpus (:mod:`leanlm.data.corpus`: hash
 splits, deduplication, STATS.json with counts by source). Text is kept verbatim (no
 :func:`~leanlm.data.text.clean_text`): SlimPajama is already cleaned, and a byte-level BPE reads the
 whitespace that clean_text would collapse (code indentation, LaTeX, lists). DIGESTS.json records each
@@ -82,13 +88,20 @@ def embedding_rows(vocab_size: int, multiple: int = 1) -> int:
 # ------------------------------------------------------------------------------------ a run's data
 @dataclass(frozen=True)
 class RunData:
-    """Where a run's pretraining corpus and tokenizer live, and how many embedding rows it gets."""
+    """Where a run's pretraining corpus, tokenizer and FixedSeqQK text live, and how many embedding rows
+    it gets."""
 
     corpus_dir: Path
     tokenizer_dir: Path
     corpus: str = ""           # data.corpora name, "" = the profile's corpus
     tokenizer: str = ""        # data.tokenizers name, "" = the profile's tokenizer
     vocab_multiple: int = 1
+    fixed_text: str = ""       # data.corpora name of FixedSeqQK's text, "" = the pretraining corpus
+    fixed_text_dir: Path | None = None  # its folder (run_data sets it: corpus_dir when fixed_text is "")
+
+    def fixed_text_corpus(self, profile: str) -> str:
+        """The name of the corpus FixedSeqQK's text comes from, for pretrain.json."""
+        return self.fixed_text or self.corpus or f"profile {profile}"
 
     def describe(self, profile: str) -> dict:
         """For pretrain.json: what the run was trained on."""
@@ -105,18 +118,22 @@ class RunData:
 
 
 def run_data(config: dict, run) -> RunData:
-    """The corpus and tokenizer directories ``run`` pretrains with (see the module docstring)."""
+    """The corpus, tokenizer and fixed-text directories ``run`` pretrains with (see the module docstring)."""
     profile = config["profile"]
     multiple = 1
     if run.pretrain_tokenizer:
         multiple = int(named(config, "tokenizers")[run.pretrain_tokenizer].get("vocab_multiple", 1))
+    corpus = corpus_dir(profile, run.pretrain_corpus) if run.pretrain_corpus else paths.data_dir(profile) / "corpus"
+    fixed_text = run.fixed_text_corpus
     return RunData(
-        corpus_dir=corpus_dir(profile, run.pretrain_corpus) if run.pretrain_corpus else paths.data_dir(profile) / "corpus",
+        corpus_dir=corpus,
         tokenizer_dir=(tokenizer_dir(profile, run.pretrain_tokenizer) if run.pretrain_tokenizer
                        else paths.data_dir(profile) / "tokenizer"),
         corpus=run.pretrain_corpus,
         tokenizer=run.pretrain_tokenizer,
         vocab_multiple=multiple,
+        fixed_text=fixed_text,
+        fixed_text_dir=corpus_dir(profile, fixed_text) if fixed_text else corpus,
     )
 
 

@@ -1,22 +1,31 @@
 """FixedSeqQK's fixed text (§4.3.4, DESIGN §8): the first ``max_position`` tokens of one held-out document.
 
-The thesis takes the first 2048 tokens of a FineWeb sample-10BT document, a text the model is not
-pretrained on. Here the document is the first of the corpus's validation split (corpus order, so the
-choice is fixed by the corpus stage) with at least ``max_position`` tokens, tokenised without special
-tokens; when no single document is long enough (a tiny corpus), the validation documents are joined in
-order until there are. :func:`attach_fixed_sequence` sets it on the model before pretraining
-(``QwenForCausalLM.set_fixed_sequence``); the ids live in the model's ``fixed_token_ids`` buffer, so the
-checkpoint carries them and every later evaluation reuses exactly this text.
+The thesis takes "the first 2048 tokens from FineWeb-10BT", a text the model is not pretrained on. The
+corpus it comes from is the run's ``fixed_text_corpus`` (an experiment's ``pretrain_data.fixed_text``,
+resolved by :func:`leanlm.config.runs`): in the paper profile ``data.corpora.fineweb``, the first
+documents of FineWeb's sample-10BT streamed by the corpora stage; in profiles that define no named
+corpora (smoke, offline) it is the run's own pretraining corpus. :func:`leanlm.data.pretrain_data.run_data`
+gives its directory (``RunData.fixed_text_dir``).
+
+The document is the first of that corpus's validation split (corpus order, so the choice is fixed by
+the corpus stage) with at least ``max_position`` tokens, tokenised with the run's tokenizer without
+special tokens; when no single document is long enough (a tiny corpus), the validation documents are
+joined in order until there are. :func:`attach_fixed_sequence` sets it on the model before pretraining
+(``QwenForCausalLM.set_fixed_sequence``) and returns what pretrain.json records (the corpus, file and
+doc_ids used); the ids live in the model's ``fixed_token_ids`` buffer, so the checkpoint carries them and
+every later evaluation reuses exactly this text.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import torch
 from torch import nn
 
-from leanlm.errors import DataError
+from leanlm import paths
+from leanlm.errors import ConfigError, DataError
 from leanlm.io import read_jsonl
 
 FIXED_TEXT_SPLIT = "validation.jsonl"
@@ -43,14 +52,39 @@ def needs_fixed_text(model: nn.Module) -> bool:
     return getattr(getattr(model, "model", None), "qk_stream", None) == "text"
 
 
-def attach_fixed_sequence(model: nn.Module, tokenizer, corpus_dir: Path) -> dict | None:
-    """Give a FixedSeqQK model its fixed text; None (nothing done) for every other model."""
+def reads_fixed_text(fields: Mapping) -> bool:
+    """Whether a run's model fields (``Run.model``) build a model that needs a fixed text: a Qwen decoder
+    whose simple layers are FixedSeqQK (what :func:`needs_fixed_text` tells of the built model)."""
+    from leanlm.modeling.layouts import SIMPLE, layer_kinds
+    from leanlm.modeling.mixers import MIXERS
+
+    name = fields.get("attention")
+    if fields.get("backbone") != "qwen" or name not in MIXERS or MIXERS.get(name).qk_stream != "text":
+        return False
+    try:
+        return SIMPLE in layer_kinds(fields.get("layout", "uniform"), fields["n_layers"])
+    except ConfigError:  # an unknown layout: config validation reports it with its own message
+        return True
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(paths.project_root()))
+    except ValueError:
+        return str(path)
+
+
+def attach_fixed_sequence(model: nn.Module, tokenizer, corpus_dir: Path, corpus: str = "") -> dict | None:
+    """Give a FixedSeqQK model its fixed text from ``corpus_dir``'s validation split; None (nothing done)
+    for every other model. ``corpus`` names that corpus in the returned record (e.g. ``fineweb``)."""
     if not needs_fixed_text(model):
         return None
     path = Path(corpus_dir) / FIXED_TEXT_SPLIT
     if not path.is_file():
-        raise DataError(f"{path} is missing: FixedSeqQK's fixed text is a held-out document; run the corpus stage")
+        raise DataError(f"{path} is missing: FixedSeqQK's fixed text is a held-out document of corpus "
+                        f"{corpus or corpus_dir}; run the corpus stage that writes it")
     length = model.config.max_position
     ids, doc_ids = fixed_sequence_ids(tokenizer, read_jsonl(path), length)
     model.set_fixed_sequence(ids)
-    return {"split": f"corpus/{FIXED_TEXT_SPLIT}", "doc_ids": doc_ids, "tokens": length}
+    return {"corpus": corpus or _shown(Path(corpus_dir)), "file": _shown(path), "split": "validation",
+            "doc_ids": doc_ids, "tokens": length}
