@@ -97,3 +97,21 @@ def test_pack_sequences_edge_cases():
                              [CLS, 19, 20, 21, SEP]]
     with pytest.raises(ConfigError, match="seq_len=2"):
         pack_sequences([[1, 2, 3]], seq_len=2, cls_id=CLS, sep_id=SEP)
+
+
+def test_example_order_is_per_epoch_shuffles_drawn_once():
+    """The data order: consecutive slices of per-epoch shuffles of range(n), each epoch a permutation,
+    a batch straddling two epochs taking the end of one and the start of the next; the permutation
+    of an epoch is drawn once however many micro-batches read it."""
+    from leanlm.training.text_batches import epoch_permutation, example_indices
+
+    epoch_permutation.cache_clear()
+    n, seed = 10, 3
+    stream = torch.cat([example_indices(n, seed, start, 4) for start in range(0, 28, 4)])
+    assert epoch_permutation.cache_info().misses == 3  # epochs 0, 1, 2 drawn once each, for 7 calls
+    assert sorted(stream[:10].tolist()) == list(range(n)) == sorted(stream[10:20].tolist())
+    assert stream[:10].tolist() != stream[10:20].tolist()  # a fresh shuffle each epoch
+    assert example_indices(n, seed, 8, 4).tolist() == stream[8:12].tolist()  # straddles epochs 0 and 1
+    out = example_indices(n, seed, 0, 4)
+    out[:] = -1  # callers get their own tensor: the cached shuffle is not changed through it
+    assert example_indices(n, seed, 0, 4).tolist() == stream[:4].tolist()

@@ -104,21 +104,24 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 
-def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = "") -> bool:
+def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = "",
+               done: Callable[[], bool] | None = None) -> bool:
     """Make sure ``target`` exists, calling ``build()`` (which must create it, atomically) at most
     once across the processes that share the file system; returns whether this call built it.
 
-    The first process to need a missing target takes an exclusive ``flock`` on ``<target>.lock``;
+    The first process to need a missing target takes an exclusive ``flock`` on ``.<target name>.lock``;
     others block on it (saying whom they wait for) and find the target made when it is released. A
     process killed while building releases the lock with its death, and the next one builds anew (the
     atomic write left nothing half-made). flock is per host on some network file systems: jobs on
-    different cluster nodes may then both build, which is safe, only slower.
+    different cluster nodes may then both build, which is safe, only slower. ``done`` says whether the
+    target is complete (default: it exists), for targets made of more than one file.
     """
     target = Path(target)
-    if target.exists():
+    done = done or target.exists
+    if done():
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
-    lock = target.with_name(target.name + ".lock")
+    lock = target.with_name(f".{target.name}.lock")  # left in place: removing it would race a waiter
     with open(lock, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -127,10 +130,10 @@ def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = 
                      f" ({target})" if what else "")
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            if target.exists():  # built by the process we waited for
+            if done():  # built by the process we waited for
                 return False
             build()
-            if not target.exists():
+            if not done():
                 raise RuntimeError(f"building {target} did not create it")
             return True
         finally:

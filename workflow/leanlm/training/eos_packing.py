@@ -1,19 +1,29 @@
-"""Causal-LM packing with an end-of-text token, streamed from disk (ch. 4: Pythia's BPE on SlimPajama).
+"""Packing the pretraining corpus from a memory-mapped token stream, so no corpus sits in memory.
 
-Pythia's tokenizer has no [CLS]/[SEP]/[MASK], only ``<|endoftext|>``, so the rows of
-:func:`leanlm.training.objectives.pack_sequences` (``[CLS] ... [SEP]``) cannot be built. Documents are
-instead joined as ``EOS d1 EOS d2 EOS d3 ...``, the separator GPT-NeoX pretrained Pythia with, and the
-stream is cut into rows of ``seq_len`` tokens (the tail that fills no row is dropped). Every document
-starts right after an EOS, which is also the token lm-eval puts before a text it scores (the adapter's
-``prefix_token_id``, :mod:`leanlm.evaluation.lm_eval_adapter`), so training and evaluation agree on how
-a text begins. Empty documents add nothing.
+Two packings, both built once per (tokenizer, split file, separator) and read back as a memory map:
 
-At the paper's scale (~16B tokens of SlimPajama) neither the token ids nor the packed rows fit in memory
-as Python lists or int64 tensors. :func:`token_stream` tokenises a split once per (tokenizer, split file),
-``ENCODE_CHUNK`` documents at a time, into ``<cache>/tokenized/<key>.eos.<dtype>`` (uint16 when the
-vocabulary fits: 2 bytes a token) and reads it back as a memory map; :class:`StreamRows` gathers the rows
-a batch needs from it. Written atomically, so concurrent jobs at worst both write it, like
-:mod:`leanlm.training.token_cache`, whose key (tokenizer and split hashes) it shares.
+- **End-of-text** (ch. 4: Pythia's BPE on SlimPajama). Pythia's tokenizer has no [CLS]/[SEP]/[MASK],
+  only ``<|endoftext|>``. Documents are joined as ``EOS d1 EOS d2 EOS d3 ...``, the separator GPT-NeoX
+  pretrained Pythia with, and the stream is cut into rows of ``seq_len`` tokens. Every document starts right
+  after an EOS, which is also the token lm-eval puts before a text it scores (the adapter's
+  ``prefix_token_id``, :mod:`leanlm.evaluation.lm_eval_adapter`), so training and evaluation agree on how a
+  text begins. :func:`eos_packed_rows`; :func:`pack_with_eos` is its in-memory reference.
+- **[CLS]/[SEP]** (chs. 2-3: BERT-style tokenizers on Wikipedia + BookCorpus, billions of tokens).
+  Documents are joined as ``d1 SEP d2 SEP d3 ...`` (one [SEP] between consecutive documents), the stream
+  is cut into bodies of ``seq_len - 2`` tokens and each row is ``[CLS] body [SEP]``, the special tokens
+  added as rows are read: exactly the rows of :func:`leanlm.training.objectives.pack_sequences` (the
+  in-memory reference). :func:`sep_packed_rows`.
+
+In both, empty documents add nothing and the tail that fills no row is dropped. :func:`token_stream`
+tokenises a split ``ENCODE_CHUNK`` documents at a time into ``<cache>/tokenized/<key>-<kind><id>.<kind>.<dtype>``
+(``kind`` eos or sep and the separator's id in the name, so the two streams of one split never collide;
+uint16 when the vocabulary fits: 2 bytes a token) plus a ``.json`` record of its length, and
+:class:`StreamRows` gathers the rows a batch needs. Written atomically (a killed job leaves no partial
+stream) and under an inter-process lock (:func:`leanlm.io.build_once`), so concurrent jobs on one split
+tokenise it once. The key (tokenizer and split hashes) is :mod:`leanlm.training.token_cache`'s. A
+stream whose size disagrees with its record (truncated copy, killed between the two writes, a stream
+from before records were kept) is rebuilt, never trusted. Only tokenizers that key can fingerprint
+(:func:`streamable`) are streamed.
 """
 
 from __future__ import annotations
@@ -28,11 +38,15 @@ import torch
 
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import atomic_path
+from leanlm.io import atomic_path, build_once, write_json
 from leanlm.training.text_batches import ENCODE_CHUNK
 from leanlm.training.token_cache import cache_key
 
 log = logging.getLogger(__name__)
+
+# Packing kind -> whether every document is preceded by the separator (EOS d1 EOS d2) or only
+# followed by one when another document comes (d1 SEP d2).
+LEADING_SEPARATOR = {"eos": True, "sep": False}
 
 
 def pack_with_eos(token_id_lists: Iterable[Sequence[int]], seq_len: int, eos_id: int) -> torch.Tensor:
@@ -46,7 +60,9 @@ def pack_with_eos(token_id_lists: Iterable[Sequence[int]], seq_len: int, eos_id:
     return StreamRows(stream, seq_len)[:]
 
 
-def _check_seq_len(seq_len: int) -> None:
+def _check_seq_len(seq_len: int, wrapped: bool = False) -> None:
+    if wrapped and seq_len < 3:  # pack_sequences' rule and message
+        raise ConfigError(f"seq_len={seq_len} is too short to pack: a row needs [CLS], a token and [SEP]")
     if seq_len < 2:
         raise ConfigError(f"seq_len={seq_len} is too short for causal LM rows (a token and its successor)")
 
@@ -56,26 +72,47 @@ def stream_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-class StreamRows:
-    """Rows of ``seq_len`` consecutive tokens of a (memory-mapped) token stream, as int64 tensors.
+def streamable(tokenizer) -> bool:
+    """Whether :func:`token_stream` can cache this tokenizer's stream: token_cache.cache_key fingerprints
+    the tokenizers with a serialised form (``to_str``: a tokenizers.Tokenizer); ch. 2's codebook ones have
+    none. Asked without hashing the split, which cache_key would (minutes for a corpus without DIGESTS.json)."""
+    return callable(getattr(tokenizer, "to_str", None))
 
-    Supports what the pretraining batches use of a packed ``(N, seq_len)`` tensor: ``len``, indexing by
-    a tensor or array of row numbers and by a slice; only the rows asked for are read.
+
+class StreamRows:
+    """The rows of a (memory-mapped) token stream, as int64 tensors.
+
+    Without ``wrap``: rows of ``seq_len`` consecutive tokens (end-of-text packing). With ``wrap = (cls_id,
+    sep_id)``: bodies of ``seq_len - 2`` consecutive tokens, each returned as ``[CLS] body [SEP]``
+    ([CLS]/[SEP] packing; the stream never stores the wrapping). Supports what the pretraining batches use
+    of a packed ``(N, seq_len)`` tensor: ``len``, ``shape``, indexing by an int, a slice, or a tensor, array
+    or list of row numbers; only the rows asked for are read.
     """
 
-    def __init__(self, stream: np.ndarray, seq_len: int):
-        _check_seq_len(seq_len)
-        n_rows = len(stream) // seq_len
-        self.seq_len = seq_len
-        self.rows = np.asarray(stream)[: n_rows * seq_len].reshape(n_rows, seq_len)
+    def __init__(self, stream: np.ndarray, seq_len: int, wrap: tuple[int, int] | None = None):
+        _check_seq_len(seq_len, wrapped=wrap is not None)
+        body = seq_len - 2 if wrap is not None else seq_len
+        n_rows = len(stream) // body
+        self.seq_len, self.wrap = seq_len, wrap
+        self.rows = np.asarray(stream)[: n_rows * body].reshape(n_rows, body)
 
     def __len__(self) -> int:
         return self.rows.shape[0]
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self), self.seq_len)
+
     def __getitem__(self, index) -> torch.Tensor:
         if isinstance(index, torch.Tensor):
             index = index.cpu().numpy()
-        return torch.from_numpy(np.array(self.rows[index], dtype=np.int64))
+        body = self.rows[index]
+        if self.wrap is None:
+            return torch.from_numpy(np.array(body, dtype=np.int64))
+        out = np.empty(body.shape[:-1] + (self.seq_len,), dtype=np.int64)
+        out[..., 0], out[..., -1] = self.wrap
+        out[..., 1:-1] = body
+        return torch.from_numpy(out)
 
 
 def _text_chunks(path: Path) -> Iterator[list[str]]:
@@ -92,15 +129,21 @@ def _text_chunks(path: Path) -> Iterator[list[str]]:
         yield chunk
 
 
-def _write_stream(tokenizer, path: Path, eos_id: int, dtype: np.dtype, target: Path, desc: str) -> int:
-    eos = np.array([eos_id], dtype=dtype)
-    written = 0
+def _write_stream(tokenizer, path: Path, separator_id: int, dtype: np.dtype, target: Path, desc: str,
+                  leading: bool = True) -> int:
+    """Write the split's documents to ``target`` separated by ``separator_id`` (also before the first
+    one when ``leading``); return the number of tokens written."""
+    separator = np.array([separator_id], dtype=dtype)
+    written, need_separator = 0, leading
     with atomic_path(target, suffix=target.suffix) as tmp, open(tmp, "wb") as out:
         for number, texts in enumerate(_text_chunks(path)):
             pieces = []
             for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
                 if encoding.ids:
-                    pieces += [eos, np.asarray(encoding.ids, dtype=dtype)]
+                    if need_separator:
+                        pieces.append(separator)
+                    pieces.append(np.asarray(encoding.ids, dtype=dtype))
+                    need_separator = True
             if pieces:
                 block = np.concatenate(pieces)
                 out.write(block.tobytes())
@@ -110,31 +153,73 @@ def _write_stream(tokenizer, path: Path, eos_id: int, dtype: np.dtype, target: P
     return written
 
 
-def token_stream(tokenizer, path: str | Path, eos_id: int, desc: str) -> np.ndarray:
-    """``EOS d1 EOS d2 ...`` of the corpus split ``path`` as a read-only memory map (built once, cached)."""
+def _record_path(target: Path) -> Path:
+    return target.with_name(target.name + ".json")
+
+
+def _cached_tokens(target: Path, dtype: np.dtype, warn: bool = True) -> int | None:
+    """The length of a complete cached stream, or None when there is none (or it is damaged: rebuilt)."""
+    if not target.is_file():
+        return None
+    try:
+        tokens = int(json.loads(_record_path(target).read_text(encoding="utf-8"))["tokens"])
+    except (OSError, ValueError, KeyError, TypeError):
+        tokens = None
+    if tokens is None or tokens * dtype.itemsize != target.stat().st_size:
+        if warn:
+            log.warning("the token stream %s has no record of its length or a size that disagrees with it "
+                        "(truncated or damaged); tokenising again", target)
+        return None
+    return tokens
+
+
+def token_stream(tokenizer, path: str | Path, separator_id: int, desc: str, packing: str = "eos") -> np.ndarray:
+    """The documents of the corpus split ``path`` joined by ``separator_id`` as a read-only memory map,
+    built once and cached: ``EOS d1 EOS d2 ...`` for ``packing="eos"``, ``d1 SEP d2 ...`` for ``"sep"``."""
     path = Path(path)
+    if packing not in LEADING_SEPARATOR:
+        raise ConfigError(f"unknown packing {packing!r}; expected one of {sorted(LEADING_SEPARATOR)}")
     if not path.is_file():
         raise DataError(f"corpus split {path} is missing; run the data stage first (`snakemake data` or `dvc repro`)")
     key = cache_key(tokenizer, path)
     if key is None:
-        raise DataError(f"{desc}: end-of-text packing needs a tokenizers.Tokenizer (one that can be fingerprinted)")
+        raise DataError(f"{desc}: streamed packing needs a tokenizers.Tokenizer (one that can be fingerprinted)")
     dtype = stream_dtype(tokenizer.get_vocab_size(with_added_tokens=True))
-    target = paths.cache_dir() / "tokenized" / f"{key}-eos{eos_id}.eos.{dtype.name}"
-    if not target.is_file():
+    target = paths.cache_dir() / "tokenized" / f"{key}-{packing}{separator_id}.{packing}.{dtype.name}"
+    def build() -> None:
         tokenizer.no_truncation()
         tokenizer.no_padding()
-        tokens = _write_stream(tokenizer, path, eos_id, dtype, target, desc)
+        tokens = _write_stream(tokenizer, path, separator_id, dtype, target, desc, LEADING_SEPARATOR[packing])
+        write_json(_record_path(target), {"tokens": tokens, "dtype": dtype.name, "packing": packing,
+                                          "separator_id": separator_id, "split": path.name})
         log.info("%s: %d tokens of %s written to %s", desc, tokens, path.name, target)
-    else:
+
+    # Concurrent pretraining jobs on one split (ch. 4's runs all read SlimPajama) tokenise it once: the
+    # others wait for the first and map its stream.
+    if not build_once(target, build, f"the token stream of {path}",
+                      done=lambda: _cached_tokens(target, dtype, warn=False) is not None):
         log.info("%s: token stream of %s from the cache %s", desc, path.name, target)
-    if target.stat().st_size == 0:
+    tokens = _cached_tokens(target, dtype)
+    if tokens == 0:  # (an empty file cannot be memory-mapped)
         return np.zeros(0, dtype=dtype)
-    return np.memmap(target, dtype=dtype, mode="r")
+    return np.memmap(target, dtype=dtype, mode="r", shape=(tokens,))
+
+
+def _packed_rows(tokenizer, path, seq_len: int, separator_id: int, desc: str, packing: str,
+                 wrap: tuple[int, int] | None) -> StreamRows:
+    _check_seq_len(seq_len, wrapped=wrap is not None)  # before tokenising the corpus, not after
+    rows = StreamRows(token_stream(tokenizer, path, separator_id, desc, packing), seq_len, wrap)
+    if len(rows) == 0:
+        raise DataError(f"{path}: no full sequence of {seq_len} tokens could be packed; the corpus is too small")
+    return rows
 
 
 def eos_packed_rows(tokenizer, path: str | Path, seq_len: int, eos_id: int, desc: str) -> StreamRows:
     """The split packed as ``EOS d1 EOS d2 ...`` rows of ``seq_len`` (DataError when none is full)."""
-    rows = StreamRows(token_stream(tokenizer, path, eos_id, desc), seq_len)
-    if len(rows) == 0:
-        raise DataError(f"{path}: no full sequence of {seq_len} tokens could be packed; the corpus is too small")
-    return rows
+    return _packed_rows(tokenizer, path, seq_len, eos_id, desc, "eos", None)
+
+
+def sep_packed_rows(tokenizer, path: str | Path, seq_len: int, cls_id: int, sep_id: int, desc: str) -> StreamRows:
+    """The split packed as :func:`~leanlm.training.objectives.pack_sequences` packs it, ``[CLS] body [SEP]``
+    rows from the stream ``d1 SEP d2 ...`` (DataError when none is full)."""
+    return _packed_rows(tokenizer, path, seq_len, sep_id, desc, "sep", (cls_id, sep_id))

@@ -17,9 +17,9 @@ with the shared engine (checkpoints + resume after a kill), and writes
 - ``results/<profile>/runs/<run_id>/pretrain.json`` (config, summary, validation MLM loss,
   parameter counts, timing, hardware).
 
-[CLS]/[SEP] packing holds the token ids in memory: fine for the packaged corpus. End-of-text packing
-reads a memory-mapped token stream built once per (tokenizer, split), so SlimPajama's ~16B tokens never
-sit in memory.
+Both packings ([CLS]/[SEP] for chs. 2-3, end-of-text for ch. 4) read a memory-mapped token stream built
+once per (tokenizer, split) (:mod:`leanlm.training.eos_packing`), so neither Wikipedia + BookCorpus nor
+SlimPajama's ~16B tokens ever sit in memory; only ch. 2's codebook tokenizers pack in memory.
 """
 
 from __future__ import annotations
@@ -43,15 +43,14 @@ from leanlm.modeling.models import build_model
 from leanlm.registry import Registry
 from leanlm.provenance import hardware
 from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.training.eos_packing import eos_packed_rows
+from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
 from leanlm.training.fixed_sequence import attach_fixed_sequence
 from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs, with_features, word_embedding_parameters
 from leanlm.training.objectives import mlm_mask, pack_sequences
 from leanlm.training.run_tokenizer import save_run_tokenizer
 from leanlm.training.seeding import seed_everything, step_generator
 from leanlm.training.step_timing import StepClock
-from leanlm.training.text_batches import example_indices, micro_batches_per_step
-from leanlm.training.token_cache import corpus_token_ids
+from leanlm.training.text_batches import example_indices, micro_batches_per_step, read_documents, tokenize_documents
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +160,13 @@ def _pack(tokenizer, path, seq_len: int, desc: str):
             raise DataError(f"{desc}: the tokenizer has neither [CLS]/[SEP] nor an end-of-text token to separate "
                             f"the documents of {path} with")
         return eos_packed_rows(tokenizer, path, seq_len, eos, desc)  # (N, seq_len) rows, memory-mapped
-    docs = corpus_token_ids(tokenizer, path, desc=desc)  # cached across the profile's jobs
-    packed = pack_sequences(docs, seq_len, special_token_id(tokenizer, "cls"), special_token_id(tokenizer, "sep"))
+    cls_id, sep_id = special_token_id(tokenizer, "cls"), special_token_id(tokenizer, "sep")
+    if streamable(tokenizer):  # `d1 SEP d2 ...` memory-mapped, cached across jobs; [CLS]/[SEP] added per row read
+        return sep_packed_rows(tokenizer, path, seq_len, cls_id, sep_id, desc)
+    # Ch. 2's hash codebook tokenizers (hash_inputs.CodebookTokenizer, PieceCodebookTokenizer) have no
+    # serialised form, hence no cache key for a stream: they keep the in-memory packing (fitting their
+    # codebook already reads the whole training split into memory: hash_inputs.pretraining_tokenizer).
+    packed = pack_sequences(tokenize_documents(tokenizer, read_documents(path), desc=desc), seq_len, cls_id, sep_id)
     if len(packed) == 0:
         raise DataError(f"{path}: no full sequence of {seq_len} tokens could be packed; the corpus is too small")
     return packed
@@ -245,7 +249,7 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
         fields["pad_token_id"] = pad
     model_config = ModelConfig.from_dict(fields)
     model = build_model(model_config, objective.head)
-    fixed_text = attach_fixed_sequence(model, tokenizer, corpus)  # ch. 4's FixedSeqQK only
+    fixed_text = attach_fixed_sequence(model, tokenizer, data.fixed_text_dir, data.fixed_text_corpus(profile))
     # Hash embeddings read per-token features (hash bits/buckets) that the batches carry.
     batches = with_features(objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED), model_config, tokenizer)
     clock = StepClock(batches, settings["batch_size"] * settings["grad_accum"])  # Table 2.3's time per sample

@@ -7,6 +7,7 @@ what makes resume-after-kill exact.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -20,21 +21,24 @@ from leanlm.io import read_jsonl
 ENCODE_CHUNK = 2048  # documents per encode_batch call: bounded memory, fast-tokenizer parallelism
 
 
+@functools.lru_cache(maxsize=2)
 def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The shuffle of ``range(n)`` for one epoch (read-only: it is shared). Kept for the two most recent
+    epochs (a batch may straddle two): every micro-batch reads a slice of it, and drawing the
+    permutation of tens of millions of packed rows anew each time would cost more than the step."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=generator)
 
 
 def example_indices(n: int, seed: int, start: int, count: int) -> torch.Tensor:
     """Indices ``start .. start+count`` of the endless stream of per-epoch shuffles of ``range(n)``."""
-    out = []
-    position = start
-    while len(out) < count:
+    pieces, position, end = [], start, start + count
+    while position < end:
         epoch, offset = divmod(position, n)
-        take = min(count - len(out), n - offset)
-        out.extend(epoch_permutation(n, seed, epoch)[offset : offset + take].tolist())
+        take = min(end - position, n - offset)
+        pieces.append(epoch_permutation(n, seed, epoch)[offset : offset + take])
         position += take
-    return torch.tensor(out, dtype=torch.long)
+    return torch.cat(pieces) if len(pieces) != 1 else pieces[0].clone()
 
 
 def micro_batches_per_step(grad_accum: int) -> int:
