@@ -350,3 +350,24 @@ def test_mixer_bench_reports_throughput_relative_to_standard_and_mfu(capsys):
     assert "tokens/s" in printed and "MFU" in printed and "approximate" in printed
     plain = bench.run(32, 4, 1, 32, 48, "cpu", False, 1, None, ["mlp"], ["standard"])
     assert all(r["mfu"] is None for r in plain) and "n/a" in bench.format_rows(plain)
+
+
+@pytest.mark.parametrize("groups", ["one chunk a group (CPU)", "all chunks in one group (GPU)"])
+def test_taylor_attention_in_bfloat16_keeps_a_float32_state(groups):
+    """The GPU dtype: bf16 inputs, outputs and gradients within bf16 rounding of the float64
+    definition, with the running state summed in float32 (mixed-dtype paths of both group modes)."""
+    g = torch.Generator().manual_seed(5)
+    length, d = 300, 16
+    q, k = (0.5 * torch.randn(1, 2, length, d, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 2, length, d + 1, generator=g, dtype=torch.float64)
+    exact = [t.clone().requires_grad_() for t in (q, k, v)]
+    s = exact[0] @ exact[1].transpose(-1, -2) / math.sqrt(d)
+    (1 + s + s * s / 2).tril().matmul(exact[2]).sum().backward()
+    half = [t.to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
+    group_bytes = 0 if groups.startswith("one") else 2**30
+    out, state = taylor_attention(*half, 64, return_state=True, group_bytes=group_bytes)
+    out.float().sum().backward()
+    assert out.dtype == torch.bfloat16 and state.dtype == torch.float32
+    want = (1 + s + s * s / 2).tril() @ exact[2]
+    for got, ref in ((out, want), *((a.grad, e.grad) for a, e in zip(half, exact))):
+        assert ((got.double() - ref).norm() / ref.norm()).item() < 2e-2
