@@ -19,10 +19,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from leanlm.config import runs
 from leanlm.data.tasks import get_task
 from leanlm.reporting.aggregate import COLUMNS, load
 from leanlm.reporting.render import TABLES, write_table
+from leanlm.runs import runs
 
 REPO = Path(__file__).resolve().parents[1]
 

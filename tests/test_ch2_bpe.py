@@ -17,12 +17,13 @@ import torch
 import yaml
 
 from leanlm import paths
-from leanlm.config import _load_matrix_cached, get_run, load_config, runs
+from leanlm.config import _load_matrix_cached, load_config
 from leanlm.data import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.data.tokenizer import (is_bert_style, load_tokenizer, special_token_id, special_token_ids,
                                    stored_special_ids, train_wordpiece)
 from leanlm.errors import ConfigError, DataError
+from leanlm.runs import get_run, runs
 
 torch.set_num_threads(1)
 

@@ -12,9 +12,10 @@ import torch
 import yaml
 
 from leanlm import paths
-from leanlm.config import finetune_seeds, finetune_settings, get_run, load_config, pretrain_settings, runs
+from leanlm.config import load_config
 from leanlm.errors import ConfigError
 from leanlm.hashing import HashCodebook, MD5Hasher
+from leanlm.runs import finetune_seeds, finetune_settings, get_run, pretrain_settings, runs
 from leanlm.training import step_timing
 from leanlm.training.hash_inputs import CodebookTokenizer, FeatureBatches, assemble, with_features
 from leanlm.training.objectives import pack_sequences

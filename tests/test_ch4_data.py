@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leanlm.config import _load_matrix_cached, get_run, load_config, named_pretrain_data, runs
+from leanlm.config import _load_matrix_cached, load_config
+
 from leanlm.data import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.errors import ConfigError, DataError
+from leanlm.runs import get_run, named_pretrain_data, runs
 
 REPO = Path(__file__).resolve().parents[1]
 SETS = ["RedPajamaCommonCrawl", "RedPajamaC4", "RedPajamaGithub", "RedPajamaWikipedia"]

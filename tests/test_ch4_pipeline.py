@@ -14,11 +14,13 @@ import pytest
 import torch
 import yaml
 
-from leanlm.config import get_run, load_config, pretrain_settings, runs
+from leanlm.config import load_config
+
 from leanlm.errors import ConfigError, DataError
 from leanlm.modeling.layouts import TABLE_4_11_LAYOUTS, skip_set
 from leanlm.modeling.mixers import CH4_VARIANTS
 from leanlm.modeling.qwen_sizes import TABLE_4_10
+from leanlm.runs import get_run, pretrain_settings, runs
 
 SIX = CH4_VARIANTS[1:]
 THESIS_COLUMNS = ["ARC-E", "BoolQ", "COPA", "PiQA", "SciQ", "RTE", "HellaSwag", "Wiki", "LAMBADA"]  # Table 4.1

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leanlm.config import get_run, load_config, runs
+from leanlm.config import load_config
 from leanlm.errors import ConfigError
+from leanlm.runs import get_run, runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +44,7 @@ def test_shipped_profiles_are_valid(profile):
 
 
 def test_sizes_and_pretrain_overrides():
-    from leanlm.config import pretrain_settings
+    from leanlm.runs import pretrain_settings
 
     config = load_config(ROOT / "params" / "paper.yaml")
     big = get_run(config, "ch3_encdec_sizes-big_mhe_mul")

@@ -20,11 +20,13 @@ import pytest
 import torch
 import yaml
 
-from leanlm.config import _load_matrix_cached, get_run, load_config, named_pretrain_data, runs
+from leanlm.config import _load_matrix_cached, load_config
+
 from leanlm.data import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import read_jsonl, write_jsonl
+from leanlm.runs import get_run, named_pretrain_data, runs
 from leanlm.training.fixed_sequence import attach_fixed_sequence, reads_fixed_text
 
 REPO = Path(__file__).resolve().parents[1]

@@ -228,7 +228,8 @@ def test_bad_profile_fails_before_any_job(project, tmp_path):
 
 def test_paper_dry_run_lists_every_job(project):
     """The paper profile plans one pretraining per trained run and one fine-tuning per (run, family)."""
-    from leanlm.config import _load_matrix_cached, load_config, runs
+    from leanlm.config import _load_matrix_cached, load_config
+    from leanlm.runs import runs
 
     root, env = project
     jobs = planned_jobs_for(project, "params/paper.yaml")

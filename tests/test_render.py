@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ch3_synthetic import BASE, PARAMS
-from leanlm.config import load_config, runs
+from leanlm.config import load_config
 from leanlm.data.tasks import get_task
 from leanlm.errors import LeanLMError
 from leanlm.io import write_json
@@ -28,6 +28,7 @@ from leanlm.reporting.render import (
     render_table,
     write_table,
 )
+from leanlm.runs import runs
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = "ch3_encoder"

@@ -21,13 +21,14 @@ import pytest
 import yaml
 
 from ch3_synthetic import cells, plain
-from leanlm.config import absent_runs, load_config, runs
+from leanlm.config import load_config
 from leanlm.data.tasks import get_task
 from leanlm.errors import LeanLMError
 from leanlm.modeling.config import ModelConfig
 from leanlm.reporting.aggregate import COLUMNS, load
 from leanlm.reporting.analytic import ANALYTIC
 from leanlm.reporting.render import PARAMS_TABLES, TABLES, write_table
+from leanlm.runs import absent_runs, runs
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 4096

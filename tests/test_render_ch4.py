@@ -92,7 +92,7 @@ def _config_of(run) -> str:
 
 
 def tidy_frame(config) -> pd.DataFrame:
-    from leanlm.config import runs
+    from leanlm.runs import runs
 
     rows = []
     for run in runs(config):
@@ -158,7 +158,7 @@ def analysis_record(run, seed: int) -> dict:
 
 def write_records(root: Path, config: dict) -> None:
     """all_runs.csv, analysis.json / pretrain.json of every trained run, and the baselines, under root."""
-    from leanlm.config import runs
+    from leanlm.runs import runs
 
     results = root / "results" / "smoke"
     results.mkdir(parents=True)

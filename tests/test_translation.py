@@ -292,7 +292,7 @@ def _tiny_task(root) -> None:
 
 
 def test_tiny_train_and_translate(scratch_root):
-    from leanlm.config import Run
+    from leanlm.runs import Run
     from leanlm.training.finetune import TASK_RUNNERS, import_runner_modules
     from leanlm.training.pretrain import OBJECTIVES, _import_objectives
 

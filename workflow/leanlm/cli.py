@@ -30,7 +30,7 @@ def _config(args):
 
 
 def cmd_validate(args) -> None:
-    from leanlm.config import runs
+    from leanlm.runs import runs
 
     config = _config(args)
     print(f"{config['_params_file']}: valid; profile {config['profile']!r}, source {config['source']!r}")

@@ -4,16 +4,20 @@ Validation happens before any job runs (the Snakefile calls :func:`load_config` 
 does every ``leanlm`` subcommand): an unknown key, an unknown variant name or a wrong type fails with a
 message naming the file, the key and the allowed values.
 
-The resolved config is the profile dict plus two keys the loader adds:
+The resolved config is the profile dict plus the keys the loader adds:
 
 - ``_params_file``: the path it was read from (rules pass it on to ``leanlm`` commands);
-- ``_matrix``: the experiment families the profile selects, from ``params/experiments/*.yaml``.
+- ``_matrix``: the experiment families the profile selects, from ``params/experiments/*.yaml``;
+- ``absent_runs``: ``{run_id: reason}`` of the matrix runs this profile cannot run.
+
+Resolving that matrix into runs (:class:`~leanlm.runs.Run`, :func:`~leanlm.runs.runs`,
+:func:`~leanlm.runs.get_run`, the settings a run trains with) is :mod:`leanlm.runs`' job; the cross-file
+checks here import it, it never imports this module.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,22 +28,14 @@ import yaml
 from leanlm import paths
 from leanlm.io import load_yaml
 from leanlm.errors import ConfigError
+from leanlm.runs import (BLOCKLESS_OBJECTIVES, DEFAULT_ATTENTION, Run, _pretrain_data_fields, _run_fields,
+                         absent_runs, finetune_settings, pretrain_settings, runs)
 
-# Run fields that override the profile's backbone size (e.g. an SHA run with one head).
-MODEL_OVERRIDES = ("n_layers", "n_heads", "head_dim", "d_model")
-# Run fields that are not model settings (ch. 2's runs override the experiment's objective and
-# tokenizer, pick a profile pretrain variant, or need the hub: see `runs` and `absent_runs`).
-RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers", "objective", "tokenizer",
-                   "pretrain_variant", "requires_hub", "hub_checkpoint", "pretrain_data")
-# Objectives with no pretrain.<objective> block: `none` writes an initialised model (ProFormer is
-# trained from scratch on each task), `hub` saves a pretrained hub checkpoint (CANINE-C).
-BLOCKLESS_OBJECTIVES = ("none", "hub")
-# The attention a run gets when it names none: the thesis's standard softmax attention.
-DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen": "standard"}
 # Named pretraining data (an experiment's ``pretrain_data``, ch. 4's SlimPajama and Pythia BPE, and the
 # corpus FixedSeqQK's fixed text comes from, FineWeb's sample-10BT, §4.3.4): the profile keys that define
-# the names, and what a run may do with them. Objectives that pack the corpus
-# may read a named corpus; a named tokenizer travels with the model (models/<profile>/<run>/tokenizer.json),
+# the names, and what a run may do with them (checked by `_check_pretrain_data`; the names a run resolves
+# to are leanlm.runs.Run's pretrain_corpus, pretrain_tokenizer and fixed_text_corpus). Objectives that pack
+# the corpus may read a named corpus; a named tokenizer travels with the model (models/<profile>/<run>/tokenizer.json),
 # and only the families that read it from there may evaluate such a model: ch. 4's lm_eval and analysis
 # for causal LMs (Pythia's BPE), GLUE (with its glue_ch2 variant) for ch. 2's MLM / Shuffle+Random BERTs
 # (RoBERTa's BPE), whose inputs are the tokenizer's ids or, for hash_subword, its pieces hashed.
@@ -53,38 +49,6 @@ NAMED_TOKENIZER_FAMILIES = ("lm_eval", "analysis", "glue")
 # for causal LMs, which pack with the tokenizer's own end-of-text token).
 NAMED_TOKENIZER_RUN_TOKENIZERS = {"causal_lm": ("profile",), "mlm": ("profile", "hash_subword"),
                                   "shuffle_random": ("profile", "hash_subword")}
-
-
-@dataclass(frozen=True)
-class Run:
-    """One pretrained model of the experiment matrix at the profile's scale."""
-
-    experiment: str
-    name: str
-    backbone: str
-    objective: str
-    finetune: tuple[str, ...]
-    model: dict[str, Any] = field(hash=False)
-    size: str = ""
-    tokenizer: str = "profile"
-    evaluate_from: str = ""           # ch. 4 skip: evaluate this run's trained model instead
-    skip_simple_layers: bool = False
-    pretrain_variant: str = ""        # profile pretrain_variants.<name> laid over pretrain.<objective>
-    finetune_variants: dict = field(default_factory=dict, hash=False)  # family -> finetune_variants.<name>
-    hub_checkpoint: str = ""          # objective hub: the checkpoint it loads (e.g. google/canine-c)
-    pretrain_corpus: str = ""         # data.corpora.<name> it pretrains on; "": the profile's corpus
-    pretrain_tokenizer: str = ""      # data.tokenizers.<name> it pretrains with; "": the profile's tokenizer
-    # data.corpora.<name> FixedSeqQK's fixed text is read from (only runs whose model has one);
-    # "": the corpus the run pretrains on.
-    fixed_text_corpus: str = ""
-
-    @property
-    def run_id(self) -> str:
-        return f"{self.experiment}-{self.name}"
-
-    @property
-    def attention(self) -> str:
-        return self.model["attention"]
 
 
 def _schema(name: str) -> dict:
@@ -173,26 +137,6 @@ def load_config(params_file: str | Path | None = None) -> dict:
     config["absent_runs"] = absent_runs(config)
     return config
 
-
-def _run_fields(experiment: dict, run_fields: dict) -> dict:
-    return {**experiment.get("defaults", {}), **run_fields}
-
-
-def absent_runs(config: dict) -> dict[str, str]:
-    """``{run_id: reason}`` of the matrix runs this profile cannot run, which :func:`runs` drops.
-
-    A run with ``requires_hub: "<what it needs>"`` (CANINE-C: the hub checkpoint google/canine-c)
-    runs only in profiles with ``source: hub``; elsewhere it is absent, and reporting prints the
-    reason in place of its row instead of failing or pretending.
-    """
-    out = {}
-    for experiment_name, experiment in config["_matrix"].items():
-        for run_name, run_fields in experiment["runs"].items():
-            need = _run_fields(experiment, run_fields).get("requires_hub")
-            if need and config["source"] != "hub":
-                out[f"{experiment_name}-{run_name}"] = (
-                    f"{need}; profile {config['profile']} is offline (source: {config['source']})")
-    return out
 
 
 def _check_combinations(config: dict, path: Path) -> None:
@@ -328,10 +272,6 @@ def _pretrain_data_identity(run: Run) -> tuple[str, str, str]:
     return (run.pretrain_corpus, run.pretrain_tokenizer, run.fixed_text_corpus)
 
 
-def _pretrain_data_fields(experiment: dict, fields: dict) -> dict:
-    """The run's ``pretrain_data`` (its own, or its defaults', over the experiment's)."""
-    return {**experiment.get("pretrain_data", {}), **fields.get("pretrain_data", {})}
-
 
 def _experiment_file(name: str) -> str:
     """The params/experiments/*.yaml file defining experiment ``name`` (for error messages)."""
@@ -388,20 +328,6 @@ def _check_pretrain_data(config: dict, path: Path) -> None:
                                       f"encode with the profile's tokenizer")
 
 
-def named_pretrain_data(config: dict, run: Run) -> dict:
-    """``{"corpus": {name: settings}, "tokenizer": {name: settings}, "fixed_text": {name: settings}}`` of
-    the named data run ``run`` pretrains with (only the kinds it resolves to: see :func:`runs`): what the
-    pretrain rule passes as params, so changing SlimPajama's settings reruns only the runs that read it,
-    and FineWeb's only the FixedSeqQK runs."""
-    out = {}
-    if run.pretrain_corpus:
-        out["corpus"] = {run.pretrain_corpus: config["data"]["corpora"][run.pretrain_corpus]}
-    if run.pretrain_tokenizer:
-        out["tokenizer"] = {run.pretrain_tokenizer: config["data"]["tokenizers"][run.pretrain_tokenizer]}
-    if run.fixed_text_corpus:
-        out["fixed_text"] = {run.fixed_text_corpus: config["data"]["corpora"][run.fixed_text_corpus]}
-    return out
-
 
 def _check_variants(config: dict, path: Path) -> None:
     """Validate every block a run trains with after its variant is laid over it, against the same
@@ -428,107 +354,6 @@ def _check_variants(config: dict, path: Path) -> None:
             if errors:
                 raise ConfigError(f"{path}: {where} (run {run.run_id}): {_describe(jsonschema.exceptions.best_match(errors))}")
 
-
-def runs(config: dict) -> list[Run]:
-    """The pretrained models a profile runs, in matrix order (without its :func:`absent_runs`)."""
-    out = []
-    absent = config.get("absent_runs")
-    if absent is None:
-        absent = absent_runs(config)
-    for experiment_name, experiment in config["_matrix"].items():
-        backbone = experiment["backbone"]
-        for run_name, run_fields in experiment["runs"].items():
-            if f"{experiment_name}-{run_name}" in absent:
-                continue
-            fields = _run_fields(experiment, run_fields)
-            size_name = fields.get("size", experiment.get("size", backbone))
-            size = {k: v for k, v in config["models"][size_name].items()
-                    if k not in ("backbone", "pretrain_overrides")}
-            model = {"backbone": backbone, "attention": DEFAULT_ATTENTION[backbone], **size,
-                     **{k: v for k, v in fields.items() if k not in RUN_ONLY_FIELDS}}
-            _scale_embedding_size(model, config.get("embedding_sizes", {}))
-            target = fields.get("evaluate_from", "")
-            if target and "-" not in target:
-                target = f"{experiment_name}-{target}"
-            # Named data the profile defines; a profile without data.corpora/tokenizers uses its own.
-            named = _pretrain_data_fields(experiment, fields)
-            corpora = config.get("data", {}).get("corpora") or {}
-            corpus = named.get("corpus", "") if named.get("corpus", "") in corpora else ""
-            tokenizer = named.get("tokenizer", "")
-            # FixedSeqQK's text corpus, only for models that read a fixed text (so no other run's identity or
-            # params change), and "" where it is the pretraining corpus anyway.
-            fixed_text = named.get("fixed_text", "")
-            if fixed_text not in corpora or fixed_text == corpus or not _reads_fixed_text(model):
-                fixed_text = ""
-            out.append(
-                Run(
-                    experiment=experiment_name,
-                    name=run_name,
-                    backbone=backbone,
-                    objective=fields.get("objective", experiment["objective"]),
-                    finetune=tuple(experiment["finetune"]),
-                    model=model,
-                    size=size_name,
-                    tokenizer=fields.get("tokenizer", experiment.get("tokenizer", "profile")),
-                    evaluate_from=target,
-                    skip_simple_layers=bool(fields.get("skip_simple_layers", False)),
-                    pretrain_variant=fields.get("pretrain_variant", ""),
-                    finetune_variants=dict(experiment.get("finetune_variants", {})),
-                    hub_checkpoint=fields.get("hub_checkpoint", ""),
-                    pretrain_corpus=corpus,
-                    pretrain_tokenizer=tokenizer if tokenizer in config.get("data", {}).get("tokenizers", {}) else "",
-                    fixed_text_corpus=fixed_text,
-                )
-            )
-    return out
-
-
-def _reads_fixed_text(model: dict) -> bool:
-    from leanlm.training.fixed_sequence import reads_fixed_text  # torch: only once runs are resolved
-
-    return reads_fixed_text(model)
-
-
-def _scale_embedding_size(model: dict, sizes: dict) -> None:
-    """Replace a named HashFormer-Emb size (``buckets: 50K``) by the profile's ``embedding_sizes``
-    value, if it has one: "Emb (50K)" means a table as large as BERT's vocabulary (Table 2.2), which
-    at a small profile's scale is that profile's vocabulary."""
-    options = model.get("embedding_options")
-    if isinstance(options, dict) and isinstance(options.get("buckets"), str) and options["buckets"] in sizes:
-        model["embedding_options"] = {**options, "buckets": sizes[options["buckets"]]}
-
-
-def pretrain_settings(config: dict, run: Run) -> dict:
-    """The profile's pretrain.<objective> block, with the run's pretrain variant laid over it (ch. 2's
-    BERT-MLM: Table 2.4's steps, not Table 3.11's) and then its size overrides (BIG: 300K steps).
-    Objectives without a block (``none``, ``hub``) have no settings: ``{}``."""
-    if run.objective in BLOCKLESS_OBJECTIVES:
-        return {}
-    variant = config.get("pretrain_variants", {}).get(run.pretrain_variant, {}) if run.pretrain_variant else {}
-    overrides = config["models"][run.size].get("pretrain_overrides", {})
-    return {**config["pretrain"][run.objective], **variant, **overrides}
-
-
-def finetune_settings(config: dict, run: Run, family: str) -> dict:
-    """The profile's finetune.<family> block with the variant the run's experiment picks for that
-    family laid over it (``finetune_variants: {glue: glue_ch2}`` -> Table 2.5's 5 epochs and 3
-    seeds instead of Table 3.12's). A variant may set ``seeds``, which replace the profile's
-    ``seeds`` for these jobs; it cannot change the family's tasks (the data stage prepares those)."""
-    variant = run.finetune_variants.get(family)
-    return {**config["finetune"][family], **(config.get("finetune_variants", {})[variant] if variant else {})}
-
-
-def finetune_seeds(config: dict, run: Run, family: str) -> list[int]:
-    """Fine-tuning seeds of (run, family): the variant's ``seeds`` if it sets them, else the profile's."""
-    return list(finetune_settings(config, run, family).get("seeds", config["seeds"]))
-
-
-def get_run(config: dict, run_id: str) -> Run:
-    for run in runs(config):
-        if run.run_id == run_id:
-            return run
-    known = ", ".join(r.run_id for r in runs(config))
-    raise ConfigError(f"{config['_params_file']}: no run {run_id!r} in this profile; known: {known}")
 
 
 def public(config: dict) -> dict:

@@ -3,8 +3,8 @@
 # or `dvc checkout` (which resets file times) never re-triggers training, while a changed data
 # setting does.
 
-from leanlm.config import named_pretrain_data
 from leanlm.data.pretrain_data import NAMED_KINDS, STAGE_CODE, check_dvc_stages
+from leanlm.runs import named_pretrain_data
 
 # Named pretraining data (data.corpora, data.tokenizers: ch. 4's SlimPajama and Pythia BPE) is left out
 # of DATA_PARAMS: only the runs that read it take it as params (run_data_params), so changing it reruns

@@ -1,7 +1,7 @@
 # One job per (pretrained model, task family); the seeds run inside the job.
 # finetune_settings: the family's block with the experiment's variant laid over it (ch. 2: glue_ch2).
 
-from leanlm.config import finetune_seeds, finetune_settings
+from leanlm.runs import finetune_seeds, finetune_settings
 
 
 rule finetune:

@@ -13,7 +13,7 @@ Besides the tidy table, ch. 2 reads each run's records (results/<profile>/runs/<
   ``model`` (the pretrained model's config: Table 2.2's counts are made from it).
 
 A run the profile cannot run (CANINE-C without the hub) is in ``config["absent_runs"]`` (run_id ->
-reason; :func:`leanlm.config.runs` leaves it out): its row is kept, with "-" and the reason as a
+reason; :func:`leanlm.runs.runs` leaves it out): its row is kept, with "-" and the reason as a
 footnote, instead of failing the table or silently dropping the row.
 """
 
@@ -28,10 +28,10 @@ from typing import Any, Sequence
 import pandas as pd
 
 from leanlm import paths
-from leanlm.config import Run, runs
 from leanlm.errors import LeanLMError
 from leanlm.reporting import derived
 from leanlm.reporting.render import require_results
+from leanlm.runs import Run, runs
 
 FAMILY = "glue"
 # The baseline of PRR, PCR and speed-up (§2.4.4): BERT-MLM of the main experiment.

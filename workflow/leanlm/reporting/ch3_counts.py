@@ -52,7 +52,7 @@ def paper_config() -> dict:
 
 
 def size_model(config: dict, size: str, attention: str) -> dict:
-    """The model fields of size ``size`` with attention ``attention`` (as leanlm.config.runs lays them out)."""
+    """The model fields of size ``size`` with attention ``attention`` (as leanlm.runs.runs lays them out)."""
     if size not in config["models"]:
         raise LeanLMError(
             f"{config['_params_file']}: key models has no size {size!r}; sizes: {', '.join(config['models'])}"

@@ -15,7 +15,6 @@ from functools import lru_cache
 
 import pandas as pd
 
-from leanlm.config import Run
 from leanlm.errors import LeanLMError
 from leanlm.reporting import derived
 from leanlm.reporting.ch3_counts import printed_count_note, thesis_count
@@ -23,6 +22,7 @@ from leanlm.reporting.grid import Notes
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.render import require_results, run_label
 from leanlm.reporting.reported import reported_row, thesis_label
+from leanlm.runs import Run
 
 # Lee-Thorp et al.'s token mixers: the thesis's footnote 5 baselines. They have no softmax heads to
 # count against SHA, so PEoP is not defined for them (the thesis prints "(-)").

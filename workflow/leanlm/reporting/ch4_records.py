@@ -36,9 +36,9 @@ from typing import Sequence
 import pandas as pd
 
 from leanlm import paths
-from leanlm.config import Run, runs
 from leanlm.errors import LeanLMError
 from leanlm.evaluation.indicators import INDICATORS
+from leanlm.runs import Run, runs
 
 log = logging.getLogger(__name__)
 

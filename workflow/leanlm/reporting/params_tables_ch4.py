@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from leanlm.config import pretrain_settings, runs
 from leanlm.modeling.layouts import TABLE_4_11_LAYOUTS, standard_layers
 from leanlm.reporting.ch4_records import canonical_layout, size_label, size_order
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
@@ -23,6 +22,7 @@ from leanlm.reporting.latex import Cell
 from leanlm.reporting import params_tables as pt
 from leanlm.reporting.render import PARAMS_TABLES, Table, fmt_count
 from leanlm.reporting.reported import load_reported
+from leanlm.runs import pretrain_settings, runs
 
 THESIS_LAYERS = 24  # the 500M model of §4.6
 

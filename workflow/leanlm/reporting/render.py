@@ -25,13 +25,13 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from leanlm import paths
-from leanlm.config import Run, runs
 from leanlm.errors import LeanLMError
 from leanlm.io import atomic_path, write_text
 from leanlm.registry import Registry
 from leanlm.reporting.aggregate import load
 from leanlm.reporting.latex import Cell, render_template
 from leanlm.reporting.reported import order_key, thesis_label
+from leanlm.runs import Run, runs
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from typing import Sequence
 
 import pandas as pd
 
-from leanlm.config import Run, pretrain_settings, runs
 from leanlm.data.tasks import get_task
 from leanlm.errors import LeanLMError
 from leanlm.reporting import ch2_counts
@@ -44,6 +43,7 @@ from leanlm.reporting.latex import Cell
 from leanlm.reporting import params_tables as pt
 from leanlm.reporting.reported import load_reported, parse_count
 from leanlm.reporting.render import PARAMS_TABLES, TABLES, Table, column_cells, fmt_mean_std, fmt_number, scale_note
+from leanlm.runs import Run, pretrain_settings, runs
 
 UP, DOWN = "↑", "↓"
 CH2_EXPERIMENTS = (MAIN, SUBWORD, RELATED)

@@ -18,7 +18,6 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from leanlm.config import Run
 from leanlm.errors import LeanLMError
 from leanlm.reporting import ch2_counts
 from leanlm.reporting.ch2_results import (
@@ -42,6 +41,7 @@ from leanlm.reporting.latex import Cell
 from leanlm.reporting.render import TABLES, Table, column_cells, fmt_mean_std, fmt_number, scale_note
 from leanlm.reporting.render_ch2 import absent_note, is_missing, printed_values, seeds_text, with_headings
 from leanlm.reporting.reported import load_reported
+from leanlm.runs import Run
 
 UP, DOWN = "↑", "↓"
 NAN = math.nan

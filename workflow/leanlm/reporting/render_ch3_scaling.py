@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from leanlm.config import Run, pretrain_settings
 from leanlm.reporting import derived
 from leanlm.reporting.ch3_results import Block, block_summary, printed, printed_params_cells, require_named_runs
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.reported import load_reported
 from leanlm.reporting.render import TABLES, Table, experiment_runs, fmt_count, fmt_number, scale_note
+from leanlm.runs import Run, pretrain_settings
 
 PAIR = ("mha", "mhe_mul")
 

@@ -15,7 +15,6 @@ import math
 
 import pandas as pd
 
-from leanlm.config import Run
 from leanlm.data.tasks import get_task
 from leanlm.reporting import derived
 from leanlm.reporting.ch3_results import family_seeds, is_extra, label_cell, printed, seeds_phrase, thesis_rows
@@ -35,6 +34,7 @@ from leanlm.reporting.render import (
     run_label,
     scale_note,
 )
+from leanlm.runs import Run
 
 FAMILY_TITLES = {"glue": "GLUE", "superglue": "SUPERGLUE"}
 # Task -> its column in the reported CSVs where the names differ (SuperGLUE's RTE is our sg_rte).

@@ -18,7 +18,6 @@ import time
 import torch
 
 from leanlm import paths
-from leanlm.config import finetune_seeds, finetune_settings, get_run
 from leanlm.data.tasks import get_task
 from leanlm.data.tokenizer import special_token_id
 from leanlm.errors import ConfigError, DataError
@@ -28,6 +27,7 @@ from leanlm.io import read_jsonl, write_json
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.provenance import hardware
 from leanlm.registry import Registry
+from leanlm.runs import finetune_seeds, finetune_settings, get_run
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
 from leanlm.training.hub_checkpoint import load_finetune_model, load_pretrained_model

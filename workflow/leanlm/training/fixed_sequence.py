@@ -2,7 +2,7 @@
 
 The thesis takes "the first 2048 tokens from FineWeb-10BT", a text the model is not pretrained on. The
 corpus it comes from is the run's ``fixed_text_corpus`` (an experiment's ``pretrain_data.fixed_text``,
-resolved by :func:`leanlm.config.runs`): in the paper profile ``data.corpora.fineweb``, the first
+resolved by :func:`leanlm.runs.runs`): in the paper profile ``data.corpora.fineweb``, the first
 documents of FineWeb's sample-10BT streamed by the corpora stage; in profiles that define no named
 corpora (smoke, offline) it is the run's own pretraining corpus. :func:`leanlm.data.pretrain_data.run_data`
 gives its directory (``RunData.fixed_text_dir``).

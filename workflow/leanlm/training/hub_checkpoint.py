@@ -2,7 +2,7 @@
 
 The thesis fine-tunes "the off-the-shelf CANINE-C from https://huggingface.co/google/canine-c"
 (§2.4.1, footnote 6). Its run (``objective: hub``, ``hub_checkpoint: google/canine-c``,
-``requires_hub``: see :func:`leanlm.config.absent_runs`) has a pretrain job that loads the checkpoint
+``requires_hub``: see :func:`leanlm.runs.absent_runs`) has a pretrain job that loads the checkpoint
 through ``transformers`` and saves it in the run's model directory (Hugging Face layout:
 ``config.json`` + ``model.safetensors``, the pretrain rule's outputs), and a pretrain.json with no
 pretraining time. Fine-tuning then runs through the ordinary GLUE runner:

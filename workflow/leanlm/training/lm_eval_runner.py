@@ -34,10 +34,10 @@ import torch
 from torch import nn
 
 from leanlm import paths
-from leanlm.config import get_run
 from leanlm.data.lm_eval_stage import include_path, lm_eval_task_name
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError, TrainingError
+from leanlm.runs import get_run
 from leanlm.training.finetune import TASK_RUNNERS, TaskRunner
 
 log = logging.getLogger(__name__)

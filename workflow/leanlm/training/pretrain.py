@@ -31,7 +31,7 @@ import time
 import torch
 
 from leanlm import paths
-from leanlm.config import get_run, pretrain_settings, public
+from leanlm.config import public
 from leanlm.data.pretrain_data import embedding_rows, run_data
 from leanlm.data.tokenizer import eos_token_id, special_token_id
 from leanlm.errors import ConfigError, DataError
@@ -42,6 +42,7 @@ from leanlm.modeling.counting import embedding_parameters, model_attention_param
 from leanlm.modeling.models import build_model
 from leanlm.registry import Registry
 from leanlm.provenance import hardware
+from leanlm.runs import get_run, pretrain_settings
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
 from leanlm.training.fixed_sequence import attach_fixed_sequence

@@ -58,7 +58,7 @@ def _vocab_rows(model_dir: Path) -> int | None:
 def saved_run_tokenizer(config: dict, run_id: str):
     """The tokenizer saved beside the model run ``run_id`` evaluates (its own, or its ``evaluate_from``
     target's) when that trained run names a tokenizer, else None. DataError when the copy is missing."""
-    from leanlm.config import get_run
+    from leanlm.runs import get_run
 
     run = get_run(config, run_id)
     trained = get_run(config, run.evaluate_from) if run.evaluate_from else run
@@ -76,7 +76,7 @@ def evaluation_tokenizer(config: dict, run_id: str, fallback):
     """The tokenizer run ``run_id`` is evaluated (or fine-tuned) with: its trained model's saved copy
     when the trained run names a tokenizer (:func:`saved_run_tokenizer`), else ``fallback`` (the
     profile's). DataError when the copy is missing or has more tokens than the model has embedding rows."""
-    from leanlm.config import get_run
+    from leanlm.runs import get_run
 
     run = get_run(config, run_id)
     trained = get_run(config, run.evaluate_from) if run.evaluate_from else run

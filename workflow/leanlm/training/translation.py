@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from leanlm import paths
-from leanlm.config import pretrain_settings, public
+from leanlm.config import public
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.bleu import corpus_bleu
@@ -45,6 +45,7 @@ from leanlm.modeling.counting import embedding_parameters, model_attention_param
 from leanlm.modeling.models import build_model
 from leanlm.modeling.seq2seq import BOS_ID, EOS_ID, IGNORE_INDEX, PAD_ID, UNK_ID
 from leanlm.provenance import hardware
+from leanlm.runs import pretrain_settings
 from leanlm.training import checkpointing
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.finetune import TASK_RUNNERS, TaskRunner

@@ -1,0 +1,204 @@
+"""The experiment matrix resolved into runs: one :class:`Run` per pretrained model a profile trains.
+
+:func:`runs` lays each run of the profile's ``_matrix`` over its experiment's ``defaults`` and the
+profile's model size, drops the :func:`absent_runs` (hub-only runs in offline profiles) and resolves the
+named pretraining data it reads; :func:`get_run` finds one by id. :func:`pretrain_settings`,
+:func:`finetune_settings`, :func:`finetune_seeds` and :func:`named_pretrain_data` give the blocks a run
+trains with (its variants laid over the profile's), which the pretrain/finetune/data rules pass as params.
+
+The config these functions take is one :func:`leanlm.config.load_config` returned: that module loads
+and validates the profile and the matrix (its cross-file checks call :func:`runs`); this one does not
+import it, so the two cannot form an import cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from leanlm.errors import ConfigError
+
+# Run fields that are not model settings (ch. 2's runs override the experiment's objective and
+# tokenizer, pick a profile pretrain variant, or need the hub: see `runs` and `absent_runs`).
+RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers", "objective", "tokenizer",
+                   "pretrain_variant", "requires_hub", "hub_checkpoint", "pretrain_data")
+# Objectives with no pretrain.<objective> block: `none` writes an initialised model (ProFormer is
+# trained from scratch on each task), `hub` saves a pretrained hub checkpoint (CANINE-C).
+BLOCKLESS_OBJECTIVES = ("none", "hub")
+# The attention a run gets when it names none: the thesis's standard softmax attention.
+DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen": "standard"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pretrained model of the experiment matrix at the profile's scale."""
+
+    experiment: str
+    name: str
+    backbone: str
+    objective: str
+    finetune: tuple[str, ...]
+    model: dict[str, Any] = field(hash=False)
+    size: str = ""
+    tokenizer: str = "profile"
+    evaluate_from: str = ""           # ch. 4 skip: evaluate this run's trained model instead
+    skip_simple_layers: bool = False
+    pretrain_variant: str = ""        # profile pretrain_variants.<name> laid over pretrain.<objective>
+    finetune_variants: dict = field(default_factory=dict, hash=False)  # family -> finetune_variants.<name>
+    hub_checkpoint: str = ""          # objective hub: the checkpoint it loads (e.g. google/canine-c)
+    pretrain_corpus: str = ""         # data.corpora.<name> it pretrains on; "": the profile's corpus
+    pretrain_tokenizer: str = ""      # data.tokenizers.<name> it pretrains with; "": the profile's tokenizer
+    # data.corpora.<name> FixedSeqQK's fixed text is read from (only runs whose model has one);
+    # "": the corpus the run pretrains on.
+    fixed_text_corpus: str = ""
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.experiment}-{self.name}"
+
+    @property
+    def attention(self) -> str:
+        return self.model["attention"]
+
+
+def _run_fields(experiment: dict, run_fields: dict) -> dict:
+    return {**experiment.get("defaults", {}), **run_fields}
+
+
+def _pretrain_data_fields(experiment: dict, fields: dict) -> dict:
+    """The run's ``pretrain_data`` (its own, or its defaults', over the experiment's)."""
+    return {**experiment.get("pretrain_data", {}), **fields.get("pretrain_data", {})}
+
+
+def absent_runs(config: dict) -> dict[str, str]:
+    """``{run_id: reason}`` of the matrix runs this profile cannot run, which :func:`runs` drops.
+
+    A run with ``requires_hub: "<what it needs>"`` (CANINE-C: the hub checkpoint google/canine-c)
+    runs only in profiles with ``source: hub``; elsewhere it is absent, and reporting prints the
+    reason in place of its row instead of failing or pretending.
+    """
+    out = {}
+    for experiment_name, experiment in config["_matrix"].items():
+        for run_name, run_fields in experiment["runs"].items():
+            need = _run_fields(experiment, run_fields).get("requires_hub")
+            if need and config["source"] != "hub":
+                out[f"{experiment_name}-{run_name}"] = (
+                    f"{need}; profile {config['profile']} is offline (source: {config['source']})")
+    return out
+
+
+def runs(config: dict) -> list[Run]:
+    """The pretrained models a profile runs, in matrix order (without its :func:`absent_runs`)."""
+    out = []
+    absent = config.get("absent_runs")
+    if absent is None:
+        absent = absent_runs(config)
+    for experiment_name, experiment in config["_matrix"].items():
+        backbone = experiment["backbone"]
+        for run_name, run_fields in experiment["runs"].items():
+            if f"{experiment_name}-{run_name}" in absent:
+                continue
+            fields = _run_fields(experiment, run_fields)
+            size_name = fields.get("size", experiment.get("size", backbone))
+            size = {k: v for k, v in config["models"][size_name].items()
+                    if k not in ("backbone", "pretrain_overrides")}
+            model = {"backbone": backbone, "attention": DEFAULT_ATTENTION[backbone], **size,
+                     **{k: v for k, v in fields.items() if k not in RUN_ONLY_FIELDS}}
+            _scale_embedding_size(model, config.get("embedding_sizes", {}))
+            target = fields.get("evaluate_from", "")
+            if target and "-" not in target:
+                target = f"{experiment_name}-{target}"
+            # Named data the profile defines; a profile without data.corpora/tokenizers uses its own.
+            named = _pretrain_data_fields(experiment, fields)
+            corpora = config.get("data", {}).get("corpora") or {}
+            corpus = named.get("corpus", "") if named.get("corpus", "") in corpora else ""
+            tokenizer = named.get("tokenizer", "")
+            # FixedSeqQK's text corpus, only for models that read a fixed text (so no other run's identity or
+            # params change), and "" where it is the pretraining corpus anyway.
+            fixed_text = named.get("fixed_text", "")
+            if fixed_text not in corpora or fixed_text == corpus or not _reads_fixed_text(model):
+                fixed_text = ""
+            out.append(
+                Run(
+                    experiment=experiment_name,
+                    name=run_name,
+                    backbone=backbone,
+                    objective=fields.get("objective", experiment["objective"]),
+                    finetune=tuple(experiment["finetune"]),
+                    model=model,
+                    size=size_name,
+                    tokenizer=fields.get("tokenizer", experiment.get("tokenizer", "profile")),
+                    evaluate_from=target,
+                    skip_simple_layers=bool(fields.get("skip_simple_layers", False)),
+                    pretrain_variant=fields.get("pretrain_variant", ""),
+                    finetune_variants=dict(experiment.get("finetune_variants", {})),
+                    hub_checkpoint=fields.get("hub_checkpoint", ""),
+                    pretrain_corpus=corpus,
+                    pretrain_tokenizer=tokenizer if tokenizer in config.get("data", {}).get("tokenizers", {}) else "",
+                    fixed_text_corpus=fixed_text,
+                )
+            )
+    return out
+
+
+def _reads_fixed_text(model: dict) -> bool:
+    from leanlm.training.fixed_sequence import reads_fixed_text  # torch: only once runs are resolved
+
+    return reads_fixed_text(model)
+
+
+def _scale_embedding_size(model: dict, sizes: dict) -> None:
+    """Replace a named HashFormer-Emb size (``buckets: 50K``) by the profile's ``embedding_sizes``
+    value, if it has one: "Emb (50K)" means a table as large as BERT's vocabulary (Table 2.2), which
+    at a small profile's scale is that profile's vocabulary."""
+    options = model.get("embedding_options")
+    if isinstance(options, dict) and isinstance(options.get("buckets"), str) and options["buckets"] in sizes:
+        model["embedding_options"] = {**options, "buckets": sizes[options["buckets"]]}
+
+
+def named_pretrain_data(config: dict, run: Run) -> dict:
+    """``{"corpus": {name: settings}, "tokenizer": {name: settings}, "fixed_text": {name: settings}}`` of
+    the named data run ``run`` pretrains with (only the kinds it resolves to: see :func:`runs`): what the
+    pretrain rule passes as params, so changing SlimPajama's settings reruns only the runs that read it,
+    and FineWeb's only the FixedSeqQK runs."""
+    out = {}
+    if run.pretrain_corpus:
+        out["corpus"] = {run.pretrain_corpus: config["data"]["corpora"][run.pretrain_corpus]}
+    if run.pretrain_tokenizer:
+        out["tokenizer"] = {run.pretrain_tokenizer: config["data"]["tokenizers"][run.pretrain_tokenizer]}
+    if run.fixed_text_corpus:
+        out["fixed_text"] = {run.fixed_text_corpus: config["data"]["corpora"][run.fixed_text_corpus]}
+    return out
+
+
+def pretrain_settings(config: dict, run: Run) -> dict:
+    """The profile's pretrain.<objective> block, with the run's pretrain variant laid over it (ch. 2's
+    BERT-MLM: Table 2.4's steps, not Table 3.11's) and then its size overrides (BIG: 300K steps).
+    Objectives without a block (``none``, ``hub``) have no settings: ``{}``."""
+    if run.objective in BLOCKLESS_OBJECTIVES:
+        return {}
+    variant = config.get("pretrain_variants", {}).get(run.pretrain_variant, {}) if run.pretrain_variant else {}
+    overrides = config["models"][run.size].get("pretrain_overrides", {})
+    return {**config["pretrain"][run.objective], **variant, **overrides}
+
+
+def finetune_settings(config: dict, run: Run, family: str) -> dict:
+    """The profile's finetune.<family> block with the variant the run's experiment picks for that
+    family laid over it (``finetune_variants: {glue: glue_ch2}`` -> Table 2.5's 5 epochs and 3
+    seeds instead of Table 3.12's). A variant may set ``seeds``, which replace the profile's
+    ``seeds`` for these jobs; it cannot change the family's tasks (the data stage prepares those)."""
+    variant = run.finetune_variants.get(family)
+    return {**config["finetune"][family], **(config.get("finetune_variants", {})[variant] if variant else {})}
+
+
+def finetune_seeds(config: dict, run: Run, family: str) -> list[int]:
+    """Fine-tuning seeds of (run, family): the variant's ``seeds`` if it sets them, else the profile's."""
+    return list(finetune_settings(config, run, family).get("seeds", config["seeds"]))
+
+
+def get_run(config: dict, run_id: str) -> Run:
+    for run in runs(config):
+        if run.run_id == run_id:
+            return run
+    known = ", ".join(r.run_id for r in runs(config))
+    raise ConfigError(f"{config['_params_file']}: no run {run_id!r} in this profile; known: {known}")
