@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 from leanlm import forkserver
-from leanlm.config import load_config, pretrain_settings, runs
+from leanlm.config import load_config
 from leanlm.io import load_yaml
 from leanlm.provenance import code_version
+from leanlm.runs import pretrain_settings, runs
 
 PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smoke.yaml"
 CFG = load_config(PARAMS_FILE)
