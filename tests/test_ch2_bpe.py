@@ -14,16 +14,16 @@ import random
 
 import pytest
 import torch
-import yaml
 
 from leanlm import paths
-from leanlm.config import _load_matrix_cached, load_config
+from leanlm.config import load_config
 from leanlm.data import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.data.tokenizer import (is_bert_style, load_tokenizer, special_token_id, special_token_ids,
                                    stored_special_ids, train_wordpiece)
 from leanlm.errors import ConfigError, DataError
 from leanlm.runs import get_run, runs
+from params_files import edit_yaml  # noqa: E402  (tests/ is on sys.path)
 
 torch.set_num_threads(1)
 
@@ -63,12 +63,6 @@ def _roberta_like(directory, texts):
         "model_max_length": 512}))
     return directory
 
-
-def _edit(path, change):
-    doc = yaml.safe_load(path.read_text())
-    change(doc)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    _load_matrix_cached.cache_clear()
 
 
 # --------------------------------------------------------------------------------- special tokens
@@ -115,17 +109,17 @@ def test_paper_runs_the_baselines_and_subword_hashing_on_roberta_bpe(scratch_roo
 
 def test_named_tokenizer_rules_for_chapter_2(scratch_root):
     ch2 = scratch_root / "params/experiments/ch2.yaml"
-    _edit(ch2, lambda d: d["ch2_hashformers"]["runs"]["lsh_proj"].update(pretrain_data={"tokenizer": "roberta_bpe"}))
+    edit_yaml(ch2, lambda d: d["ch2_hashformers"]["runs"]["lsh_proj"].update(pretrain_data={"tokenizer": "roberta_bpe"}))
     with pytest.raises(ConfigError, match=r"run 'lsh_proj'.*objective 'shuffle_random' needs tokenizer: profile or "
                                           r"hash_subword.*not 'hash'"):
         load_config("params/paper.yaml")
-    _edit(ch2, lambda d: d["ch2_hashformers"]["runs"]["lsh_proj"].pop("pretrain_data"))
-    _edit(ch2, lambda d: d["ch2_hashformers"].update(finetune=["glue", "superglue"]))
+    edit_yaml(ch2, lambda d: d["ch2_hashformers"]["runs"]["lsh_proj"].pop("pretrain_data"))
+    edit_yaml(ch2, lambda d: d["ch2_hashformers"].update(finetune=["glue", "superglue"]))
     with pytest.raises(ConfigError, match=r"run 'bert_mlm'.*objective 'mlm', by the glue family only; "
                                           r"families superglue"):
         load_config("params/paper.yaml")
-    _edit(ch2, lambda d: d["ch2_hashformers"].update(finetune=["glue"]))
-    _edit(ch2, lambda d: d["ch2_hashformers"]["runs"]["proformer"].update(pretrain_data={"tokenizer": "roberta_bpe"}))
+    edit_yaml(ch2, lambda d: d["ch2_hashformers"].update(finetune=["glue"]))
+    edit_yaml(ch2, lambda d: d["ch2_hashformers"]["runs"]["proformer"].update(pretrain_data={"tokenizer": "roberta_bpe"}))
     with pytest.raises(ConfigError, match="pretrain_data needs an objective that pretrains on the packed corpus"):
         load_config("params/paper.yaml")
 
@@ -149,7 +143,7 @@ def bpe_project(scratch_root, tmp_path, monkeypatch):
         doc["finetune"]["glue"].update(tasks=["mrpc"], batch_size=8, max_seq_len=24)
         doc["finetune_variants"]["glue_ch2"] = {"epochs": 1, "seeds": [3]}
 
-    _edit(scratch_root / "params/smoke.yaml", shrink)
+    edit_yaml(scratch_root / "params/smoke.yaml", shrink)
     data = paths.data_dir("smoke")
     _write_jsonl(data / "corpus/train.jsonl", [{"text": t} for t in texts])
     _write_jsonl(data / "corpus/validation.jsonl", [{"text": t} for t in _texts(6, 30, 1)])

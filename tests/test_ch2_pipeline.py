@@ -9,7 +9,6 @@ import random
 
 import pytest
 import torch
-import yaml
 
 from leanlm import paths
 from leanlm.config import load_config
@@ -20,6 +19,7 @@ from leanlm.training import step_timing
 from leanlm.training.hash_inputs import CodebookTokenizer, FeatureBatches, assemble, with_features
 from leanlm.training.objectives import pack_sequences
 from leanlm.training.shuffle_random import IGNORE_INDEX
+from params_files import edit_yaml  # noqa: E402  (tests/ is on sys.path)
 
 torch.set_num_threads(1)
 
@@ -72,29 +72,24 @@ def test_ch2_matrix_loads_in_both_profiles(profile):
         assert finetune_seeds(config, sr, "glue") == [0]  # smoke: one seed keeps ch. 2 in minutes
 
 
-def _edit(path, change):
-    doc = yaml.safe_load(path.read_text())
-    change(doc)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-
 
 def test_config_errors_name_the_problem(scratch_root):
     ch2, smoke = scratch_root / "params/experiments/ch2.yaml", scratch_root / "params/smoke.yaml"
     from leanlm.config import _load_matrix_cached
 
-    _edit(ch2, lambda d: d["ch2_hashformers"]["runs"]["md5_proj"].update(tokenizer="profile"))
+    edit_yaml(ch2, lambda d: d["ch2_hashformers"]["runs"]["md5_proj"].update(tokenizer="profile"))
     _load_matrix_cached.cache_clear()
     with pytest.raises(ConfigError, match="md5_proj.*tokenizer must be one of"):
         load_config("params/smoke.yaml")
-    _edit(ch2, lambda d: d["ch2_hashformers"]["runs"]["md5_proj"].update(tokenizer="hash"))
+    edit_yaml(ch2, lambda d: d["ch2_hashformers"]["runs"]["md5_proj"].update(tokenizer="hash"))
     _load_matrix_cached.cache_clear()
-    _edit(smoke, lambda d: d["finetune_variants"]["glue_ch2"].update(tasks=["rte"]))
+    edit_yaml(smoke, lambda d: d["finetune_variants"]["glue_ch2"].update(tasks=["rte"]))
     with pytest.raises(ConfigError, match="finetune_variants.glue_ch2.tasks is not allowed"):
         load_config("params/smoke.yaml")
-    _edit(smoke, lambda d: d["finetune_variants"].update(glue_ch2={"epochs": 0}))
+    edit_yaml(smoke, lambda d: d["finetune_variants"].update(glue_ch2={"epochs": 0}))
     with pytest.raises(ConfigError, match="glue_ch2.*epochs"):
         load_config("params/smoke.yaml")
-    _edit(smoke, lambda d: d.pop("finetune_variants"))
+    edit_yaml(smoke, lambda d: d.pop("finetune_variants"))
     with pytest.raises(ConfigError, match="add finetune_variants.glue_ch2"):
         load_config("params/smoke.yaml")
 
@@ -201,7 +196,7 @@ def tiny_project(scratch_root):
         doc["finetune"]["glue"].update(tasks=["mrpc", "stsb"], batch_size=8, max_seq_len=24)
         doc["finetune_variants"]["glue_ch2"] = {"epochs": 1, "seeds": [3]}
 
-    _edit(scratch_root / "params/smoke.yaml", shrink)
+    edit_yaml(scratch_root / "params/smoke.yaml", shrink)
     data = paths.data_dir("smoke")
     _write_jsonl(data / "corpus/train.jsonl", [{"text": t} for t in _texts(40, 30, 0)])
     _write_jsonl(data / "corpus/validation.jsonl", [{"text": t} for t in _texts(6, 30, 1)])
@@ -264,9 +259,9 @@ def test_hub_checkpoint_run_from_a_local_canine(tiny_project, tmp_path):
     CanineModel(CanineConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
                              num_hash_buckets=128, num_hash_functions=4)).save_pretrained(local)
     root = tiny_project
-    _edit(root / "params/experiments/ch2.yaml",
+    edit_yaml(root / "params/experiments/ch2.yaml",
           lambda d: d["ch2_hashformers"]["runs"]["canine_c"].update(hub_checkpoint=str(local)))
-    _edit(root / "params/smoke.yaml", lambda d: d.update(source="hub"))  # the run is present with the hub
+    edit_yaml(root / "params/smoke.yaml", lambda d: d.update(source="hub"))  # the run is present with the hub
     from leanlm.config import _load_matrix_cached
 
     _load_matrix_cached.cache_clear()

@@ -25,6 +25,7 @@ from leanlm.data import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.errors import ConfigError, DataError
 from leanlm.runs import get_run, named_pretrain_data, runs
+from params_files import edit_yaml  # noqa: E402  (tests/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 SETS = ["RedPajamaCommonCrawl", "RedPajamaC4", "RedPajamaGithub", "RedPajamaWikipedia"]
@@ -117,16 +118,9 @@ def test_paper_names_slimpajama_and_pythia_and_smoke_uses_its_own(scratch_root):
         scratch_root / "data" / "smoke" / "corpus", scratch_root / "data" / "smoke" / "tokenizer", 1)
 
 
-def _edit(root: Path, relative: str, edit) -> None:
-    path = root / relative
-    doc = yaml.safe_load(path.read_text())
-    edit(doc)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    _load_matrix_cached.cache_clear()
-
 
 def test_unknown_names_fail_naming_file_key_and_allowed_names(scratch_root):
-    _edit(scratch_root, "params/experiments/ch4.yaml",
+    edit_yaml(scratch_root / "params/experiments/ch4.yaml",
           lambda d: d["ch4_gqa"].update(pretrain_data={"corpus": "slimpajam", "tokenizer": "pythia"}))
     with pytest.raises(ConfigError) as err:
         load_config("params/paper.yaml")
@@ -136,35 +130,35 @@ def test_unknown_names_fail_naming_file_key_and_allowed_names(scratch_root):
     assert "allowed: 'slimpajama'" in message and "paper.yaml" in message
     load_config("params/smoke.yaml")  # a profile that defines no corpora pretrains on its own
 
-    _edit(scratch_root, "params/experiments/ch4.yaml",
+    edit_yaml(scratch_root / "params/experiments/ch4.yaml",
           lambda d: d["ch4_gqa"]["runs"]["standard"].update(pretrain_data={"corpus": "slimpajama", "tokenizer": "gpt2"}))
     with pytest.raises(ConfigError, match=r"run 'standard'.*pretrain_data.tokenizer = 'gpt2'.*allowed: 'pythia'"):
         load_config("params/paper.yaml")
 
 
 def test_named_data_is_used_only_where_it_can_be_honoured(scratch_root):
-    _edit(scratch_root, "params/experiments/ch3.yaml",
+    edit_yaml(scratch_root / "params/experiments/ch3.yaml",
           lambda d: d["ch3_decoder"].update(pretrain_data={"tokenizer": "pythia"}))
     with pytest.raises(ConfigError, match=r"ch3\.yaml.*pretrain_data.tokenizer is read back.*families glue"):
         load_config("params/smoke.yaml")
-    _edit(scratch_root, "params/experiments/ch3.yaml", lambda d: d["ch3_decoder"].update(pretrain_data={"corpus": "x"}))
+    edit_yaml(scratch_root / "params/experiments/ch3.yaml", lambda d: d["ch3_decoder"].update(pretrain_data={"corpus": "x"}))
     load_config("params/smoke.yaml")  # a named corpus alone keeps the profile's tokenizer: any family
-    _edit(scratch_root, "params/experiments/ch3.yaml", lambda d: d["ch3_encdec"].update(pretrain_data={"corpus": "x"}))
+    edit_yaml(scratch_root / "params/experiments/ch3.yaml", lambda d: d["ch3_encdec"].update(pretrain_data={"corpus": "x"}))
     with pytest.raises(ConfigError, match="pretrain_data needs an objective that pretrains on the packed corpus"):
         load_config("params/smoke.yaml")
 
 
 def test_evaluated_runs_share_their_models_data(scratch_root):
-    _edit(scratch_root, "params/experiments/ch4.yaml",
+    edit_yaml(scratch_root / "params/experiments/ch4.yaml",
           lambda d: d["ch4_skip"]["runs"]["mlp"].update(pretrain_data={"tokenizer": "other"}))
-    _edit(scratch_root, "params/paper.yaml",
+    edit_yaml(scratch_root / "params/paper.yaml",
           lambda d: d["data"]["tokenizers"].update(other={"kind": "hub", "name": "EleutherAI/pythia-70m"}))
     with pytest.raises(ConfigError, match="ch4_skip-mlp evaluates ch4_hybrid-mlp's model but names other pretraining"):
         load_config("params/paper.yaml")
 
 
 def test_profile_schema_checks_the_named_settings(scratch_root):
-    _edit(scratch_root, "params/paper.yaml", lambda d: d["data"]["corpora"]["slimpajama"].update(max_docs=5))
+    edit_yaml(scratch_root / "params/paper.yaml", lambda d: d["data"]["corpora"]["slimpajama"].update(max_docs=5))
     with pytest.raises(ConfigError, match=r"data\.corpora\.slimpajama.*max_docs"):
         load_config("params/paper.yaml")
 
@@ -222,7 +216,7 @@ def test_named_stages_write_corpus_and_tokenizer(scratch_root, tmp_path, monkeyp
         doc["data"]["tokenizers"]["pythia"]["name"] = str(tokenizer_source)
         doc["data"]["tokenizers"]["roberta_bpe"]["name"] = str(tokenizer_source)  # offline: no hub RoBERTa
 
-    _edit(scratch_root, "params/paper.yaml", tiny)
+    edit_yaml(scratch_root / "params/paper.yaml", tiny)
     config = load_config("params/paper.yaml")
     from leanlm.data.stages import run_stage
 

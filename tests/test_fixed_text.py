@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from leanlm.config import _load_matrix_cached, load_config
 
@@ -28,6 +27,7 @@ from leanlm.errors import ConfigError, DataError
 from leanlm.io import read_jsonl, write_jsonl
 from leanlm.runs import get_run, named_pretrain_data, runs
 from leanlm.training.fixed_sequence import attach_fixed_sequence, reads_fixed_text
+from params_files import edit_yaml  # noqa: E402  (tests/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXED_RUNS = {"ch4_uniform-fixed_seq_qk", "ch4_hybrid-fixed_seq_qk", "ch4_skip-fixed_seq_qk",
@@ -38,13 +38,6 @@ WORDS = ("river harbour market chapel orchard meadow bridge library windmill cas
          "morning summer winter people visitors stones water light").split()
 LENGTH = 16  # the tiny model's max_position: the fixed text's length
 
-
-def _edit(root: Path, relative: str, edit) -> None:
-    path = root / relative
-    doc = yaml.safe_load(path.read_text())
-    edit(doc)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    _load_matrix_cached.cache_clear()
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -84,7 +77,7 @@ def test_which_models_read_a_fixed_text():
 
 
 def test_unknown_fixed_text_fails_naming_file_experiment_and_key(scratch_root):
-    _edit(scratch_root, "params/experiments/ch4.yaml",
+    edit_yaml(scratch_root / "params/experiments/ch4.yaml",
           lambda d: d["ch4_uniform"]["pretrain_data"].update(fixed_text="finweb"))
     with pytest.raises(ConfigError) as err:
         load_config("params/paper.yaml")
@@ -95,7 +88,7 @@ def test_unknown_fixed_text_fails_naming_file_experiment_and_key(scratch_root):
     smoke = load_config("params/smoke.yaml")  # no named corpora: the run's own corpus, whatever the name
     assert get_run(smoke, "ch4_uniform-fixed_seq_qk").fixed_text_corpus == ""
 
-    _edit(scratch_root, "params/experiments/ch4.yaml",
+    edit_yaml(scratch_root / "params/experiments/ch4.yaml",
           lambda d: d["ch4_uniform"]["pretrain_data"].update(fixed_text=7))
     with pytest.raises(ConfigError, match=r"ch4\.yaml.*ch4_uniform\.pretrain_data\.fixed_text"):
         load_config("params/smoke.yaml")  # the schema checks the type in every profile
@@ -103,7 +96,7 @@ def test_unknown_fixed_text_fails_naming_file_experiment_and_key(scratch_root):
 
 def test_fixed_text_is_part_of_the_evaluated_models_data(scratch_root):
     # The pretraining corpus named as fixed text means that corpus (""), unlike the hybrid it evaluates.
-    _edit(scratch_root, "params/experiments/ch4.yaml",
+    edit_yaml(scratch_root / "params/experiments/ch4.yaml",
           lambda d: d["ch4_skip"]["runs"]["fixed_seq_qk"].update(pretrain_data={"fixed_text": "slimpajama"}))
     with pytest.raises(ConfigError, match=r"ch4_skip-fixed_seq_qk evaluates ch4_hybrid-fixed_seq_qk's model but "
                                           r"names other pretraining data.*fixed_text"):
@@ -113,7 +106,7 @@ def test_fixed_text_is_part_of_the_evaluated_models_data(scratch_root):
         for experiment in doc.values():
             experiment["pretrain_data"]["fixed_text"] = "slimpajama"
 
-    _edit(scratch_root, "params/experiments/ch4.yaml", everywhere)
+    edit_yaml(scratch_root / "params/experiments/ch4.yaml", everywhere)
     paper = load_config("params/paper.yaml")
     assert get_run(paper, "ch4_hybrid-fixed_seq_qk").fixed_text_corpus == ""
     assert named_data.run_data(paper, get_run(paper, "ch4_hybrid-fixed_seq_qk")).fixed_text_corpus("paper") == \
@@ -187,7 +180,7 @@ def test_fixedseqqk_text_is_a_fineweb_document_in_paper_and_the_own_corpus_in_sm
         doc["data"]["corpora"]["slimpajama"].update(max_documents=20, validation_fraction=0.2, test_fraction=0.2)
         doc["data"]["corpora"]["fineweb"].update(max_documents=50, validation_fraction=0.4, test_fraction=0.1)
 
-    _edit(scratch_root, "params/paper.yaml", tiny)
+    edit_yaml(scratch_root / "params/paper.yaml", tiny)
     paper = load_config("params/paper.yaml")
     named_data.run_named_stage("corpora", paper)  # DVC's corpora@paper: SlimPajama and FineWeb
     folder = scratch_root / "data" / "paper" / "corpora" / "fineweb"
