@@ -13,15 +13,13 @@ from __future__ import annotations
 import logging
 
 from leanlm import paths
-from leanlm.config import public
 from leanlm.io import write_json
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.modeling.models import build_model
 from leanlm.provenance import hardware
-from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs, word_embedding_parameters
-from leanlm.training.pretrain import OBJECTIVES, PRETRAIN_SEED, PretrainObjective
+from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs
+from leanlm.training.pretrain import OBJECTIVES, PRETRAIN_SEED, PretrainObjective, parameter_counts, record_head
 from leanlm.training.seeding import seed_everything
 
 log = logging.getLogger(__name__)
@@ -47,23 +45,11 @@ class NoPretraining(PretrainObjective):
         save_checkpoint(model, model_config, out_dir,
                         extra={"run_id": run.run_id, "profile": profile, "pretrained": False})
         record = {
-            "profile": profile,
-            "experiment": run.experiment,
-            "run": run.name,
-            "run_id": run.run_id,
-            "objective": run.objective,
-            "model": model_config.to_dict(),
-            "pretrain": {},
-            "config": public(config),
+            **record_head(config, run, model_config.to_dict(), {}),
             "summary": {"steps": 0, "pretrained": False},
             "history": [],
             "validation": {},
-            "parameters": {
-                "total": total_parameters(model),
-                "attention": model_attention_parameters(model),
-                "embedding": embedding_parameters(model),
-                "word_embedding": word_embedding_parameters(model),
-            },
+            "parameters": parameter_counts(model),
             "timing": {"seconds": 0.0, "seconds_per_sample": None},
             "hardware": hardware(),
         }

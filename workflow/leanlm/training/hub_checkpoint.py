@@ -29,14 +29,13 @@ from pathlib import Path
 from torch import nn
 
 from leanlm import paths
-from leanlm.config import public
 from leanlm.errors import ConfigError, DataError, TrainingError
 from leanlm.io import write_json
 from leanlm.modeling.checkpoint import CONFIG_NAME, FORMAT, WEIGHTS_NAME, load_model
 from leanlm.modeling.counting import total_parameters
 from leanlm.provenance import hardware
 from leanlm.training.hash_inputs import Encoding, assemble
-from leanlm.training.pretrain import OBJECTIVES, PretrainObjective
+from leanlm.training.pretrain import OBJECTIVES, PretrainObjective, record_head
 
 CLS, SEP, MASK, PAD = 0xE000, 0xE001, 0xE003, 0
 CHARS_PER_TOKEN = 4
@@ -139,15 +138,7 @@ class HubCheckpoint(PretrainObjective):
             for name in (WEIGHTS_NAME, CONFIG_NAME):
                 os.replace(Path(tmp) / name, out_dir / name)
         record = {
-            "profile": profile,
-            "experiment": run.experiment,
-            "run": run.name,
-            "run_id": run.run_id,
-            "objective": run.objective,
-            "hub_checkpoint": source,
-            "model": model.config.to_dict(),
-            "pretrain": {},
-            "config": public(config),
+            **record_head(config, run, model.config.to_dict(), {}, hub_checkpoint=source),
             "summary": {"steps": 0, "pretrained": "hub"},
             "history": [],
             "validation": {},

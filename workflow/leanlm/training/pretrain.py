@@ -194,6 +194,37 @@ def validation_loss(model, batches: MLMBatches, sequences: torch.Tensor, device,
     return total / max(count, 1)
 
 
+def pretrain_train_config(settings: dict, desc: str) -> TrainConfig:
+    """The engine's settings from a run's pretraining block (pretrain.<objective> with its variant)."""
+    return TrainConfig(
+        total_steps=settings["steps"],
+        lr=settings["lr"],
+        schedule=settings["schedule"],
+        warmup_steps=settings["warmup_steps"],
+        weight_decay=settings["weight_decay"],
+        adam_betas=tuple(settings["adam_betas"]),
+        adam_eps=settings["adam_eps"],
+        grad_accum=settings["grad_accum"],
+        clip_norm=settings["clip_norm"],
+        seed=PRETRAIN_SEED,
+        checkpoint_every=settings["checkpoint_every"],
+        desc=desc,
+    )
+
+
+def record_head(config: dict, run, model: dict, settings: dict, **extra) -> dict:
+    """The fields every pretrain.json starts with, whatever made the model (trained, initialised or taken
+    from the hub): which run, its model fields, the pretraining settings and the profile's config."""
+    return {"profile": config["profile"], "experiment": run.experiment, "run": run.name, "run_id": run.run_id,
+            "objective": run.objective, **extra, "model": model, "pretrain": settings, "config": public(config)}
+
+
+def parameter_counts(model) -> dict:
+    """Tables' parameter counts of a built model: total, attention, embedding and Appendix 2.8's #Emb."""
+    return {"total": total_parameters(model), "attention": model_attention_parameters(model),
+            "embedding": embedding_parameters(model), "word_embedding": word_embedding_parameters(model)}
+
+
 def _import_objectives() -> None:
     """Objectives defined beside their models register themselves on import."""
     import importlib
@@ -255,20 +286,7 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
     batches = with_features(objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED), model_config, tokenizer)
     clock = StepClock(batches, settings["batch_size"] * settings["grad_accum"])  # Table 2.3's time per sample
     out_dir = paths.models_dir(profile) / run_id
-    train_config = TrainConfig(
-        total_steps=settings["steps"],
-        lr=settings["lr"],
-        schedule=settings["schedule"],
-        warmup_steps=settings["warmup_steps"],
-        weight_decay=settings["weight_decay"],
-        adam_betas=tuple(settings["adam_betas"]),
-        adam_eps=settings["adam_eps"],
-        grad_accum=settings["grad_accum"],
-        clip_norm=settings["clip_norm"],
-        seed=PRETRAIN_SEED,
-        checkpoint_every=settings["checkpoint_every"],
-        desc=f"pretrain {run_id}",
-    )
+    train_config = pretrain_train_config(settings, f"pretrain {run_id}")
     trainer = Trainer(model, train_config, clock, run_dir=out_dir)
     summary = trainer.fit()
     clock.finish()
@@ -283,14 +301,7 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
     # What evaluation must encode with (for hash_subword runs: the pieces their codebook hashes).
     save_run_tokenizer(getattr(tokenizer, "pieces", tokenizer), out_dir, keep=bool(data.tokenizer))
     record = {
-        "profile": profile,
-        "experiment": run.experiment,
-        "run": run.name,
-        "run_id": run_id,
-        "objective": run.objective,
-        "model": model_config.to_dict(),
-        "pretrain": settings,
-        "config": public(config),
+        **record_head(config, run, model_config.to_dict(), settings),
         "summary": {k: v for k, v in summary.items() if k != "history"},
         "history": summary.get("history", []),
         "validation": {f"{objective.metric}_loss": val_loss,
@@ -298,12 +309,7 @@ def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
         "data": {"train_sequences": len(train_seqs), "validation_sequences": len(valid_seqs),
                  "packing": "eos" if uses_eos_packing(tokenizer) else "cls_sep", **data.describe(profile),
                  **({"fixed_sequence": fixed_text} if fixed_text else {})},
-        "parameters": {
-            "total": total_parameters(model),
-            "attention": model_attention_parameters(model),
-            "embedding": embedding_parameters(model),
-            "word_embedding": word_embedding_parameters(model),  # Appendix 2.8's #Emb
-        },
+        "parameters": parameter_counts(model),
         "timing": {"seconds": time.time() - started, **clock.timing()},
         "hardware": hardware(),
     }

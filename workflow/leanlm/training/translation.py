@@ -33,7 +33,6 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from leanlm import paths
-from leanlm.config import public
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.bleu import corpus_bleu
@@ -41,15 +40,15 @@ from leanlm.evaluation.metrics import compute_all
 from leanlm.io import atomic_path, read_jsonl, write_json
 from leanlm.modeling.checkpoint import load_model, save_checkpoint
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.modeling.models import build_model
 from leanlm.modeling.seq2seq import BOS_ID, EOS_ID, IGNORE_INDEX, PAD_ID, UNK_ID
 from leanlm.provenance import hardware
 from leanlm.runs import pretrain_settings
 from leanlm.training import checkpointing
-from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.engine import Trainer
 from leanlm.training.finetune import TASK_RUNNERS, TaskRunner
-from leanlm.training.pretrain import OBJECTIVES, PRETRAIN_SEED, PretrainObjective
+from leanlm.training.pretrain import (OBJECTIVES, PRETRAIN_SEED, PretrainObjective, parameter_counts,
+                                      pretrain_train_config, record_head)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import example_indices, micro_batches_per_step
 
@@ -309,45 +308,20 @@ def train_translation(config: dict, run) -> dict:
                                           "pad_token_id": PAD_ID}, where=f"run {run_id}: model")
     model = build_model(model_config, "seq2seq", label_smoothing=settings.get("label_smoothing", 0.1))
     batches = TranslationBatches(train_pairs, settings["batch_size"], settings["grad_accum"], PRETRAIN_SEED)
-    trainer = Trainer(model, TrainConfig(
-        total_steps=settings["steps"],
-        lr=settings["lr"],
-        schedule=settings["schedule"],
-        warmup_steps=settings["warmup_steps"],
-        weight_decay=settings["weight_decay"],
-        adam_betas=tuple(settings["adam_betas"]),
-        adam_eps=settings["adam_eps"],
-        grad_accum=settings["grad_accum"],
-        clip_norm=settings["clip_norm"],
-        seed=PRETRAIN_SEED,
-        checkpoint_every=settings["checkpoint_every"],
-        desc=f"train {run_id}",
-    ), batches, run_dir=out_dir)
+    trainer = Trainer(model, pretrain_train_config(settings, f"train {run_id}"), batches, run_dir=out_dir)
     summary = trainer.fit()
     val_loss = validation_loss(model, valid_pairs, settings["batch_size"]) if len(valid_pairs) else float("nan")
 
     save_checkpoint(model, model_config, out_dir, extra={"run_id": run_id, "profile": profile, "task": task})
     record = {
-        "profile": profile,
-        "experiment": run.experiment,
-        "run": run.name,
-        "run_id": run_id,
-        "objective": run.objective,
-        "task": task,
-        "model": model_config.to_dict(),
-        "pretrain": settings,
-        "config": public(config),
+        **record_head(config, run, model_config.to_dict(), settings, task=task),
         "summary": {k: v for k, v in summary.items() if k != "history"},
         "history": summary.get("history", []),
         "validation": {"translation_loss": val_loss, "translation_perplexity": math.exp(min(val_loss, 50.0))},
         "data": {"train_pairs": len(train_pairs), "train_pairs_skipped": skipped,
                  "validation_pairs": len(valid_pairs)},
         "tokenizer": {"kind": "bpe", "vocab_size": tokenizer.get_vocab_size(), "file": TOKENIZER_FILE},
-        "parameters": {
-            "total": total_parameters(model),
-            "attention": model_attention_parameters(model),
-            "embedding": embedding_parameters(model),
-        },
+        "parameters": parameter_counts(model),
         "timing": {"seconds": time.time() - started},
         "hardware": hardware(),
     }
