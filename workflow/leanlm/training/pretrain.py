@@ -24,6 +24,7 @@ SlimPajama's ~16B tokens ever sit in memory; only ch. 2's codebook tokenizers pa
 
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import time
@@ -89,21 +90,35 @@ def special_token_ids(tokenizer) -> list[int]:
             if i is not None]
 
 
-class MLMBatches:
-    """``batch_at(step, micro)`` for MLM over packed sequences (random access, see text_batches)."""
+class PackedBatches(abc.ABC):
+    """``batch_at(step, micro)`` over packed sequences: the micro-batch's rows of the seeded per-epoch
+    shuffle (random access, see text_batches), turned into inputs and labels by the objective's
+    :meth:`masked`, which :func:`validation_loss` also calls on fixed rows."""
 
-    def __init__(self, sequences: torch.Tensor, special_ids: list[int], mask_id: int, vocab_size: int,
-                 batch_size: int, grad_accum: int, mask_prob: float, seed: int):
-        self.sequences = sequences
-        self.special = torch.tensor(sorted(special_ids), dtype=torch.long)
-        self.mask_id, self.vocab_size, self.mask_prob = mask_id, vocab_size, mask_prob
-        self.batch_size, self.seed = batch_size, seed
+    uses_generator = True  # whether masked() draws random numbers (a per-(step, micro) generator)
+
+    def __init__(self, sequences, batch_size: int, grad_accum: int, seed: int):
+        self.sequences, self.batch_size, self.seed = sequences, batch_size, seed
         self.per_step = micro_batches_per_step(grad_accum)
 
     def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
         start = (step * self.per_step + micro) * self.batch_size
         rows = self.sequences[example_indices(len(self.sequences), self.seed, start, self.batch_size)]
-        return self.masked(rows, step_generator(self.seed, step, micro))
+        return self.masked(rows, step_generator(self.seed, step, micro) if self.uses_generator else None)
+
+    @abc.abstractmethod
+    def masked(self, rows: torch.Tensor, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
+        """The model's batch (input_ids, attention_mask, labels) for these rows."""
+
+
+class MLMBatches(PackedBatches):
+    """BERT's masked language modelling over packed sequences."""
+
+    def __init__(self, sequences: torch.Tensor, special_ids: list[int], mask_id: int, vocab_size: int,
+                 batch_size: int, grad_accum: int, mask_prob: float, seed: int):
+        super().__init__(sequences, batch_size, grad_accum, seed)
+        self.special = torch.tensor(sorted(special_ids), dtype=torch.long)
+        self.mask_id, self.vocab_size, self.mask_prob = mask_id, vocab_size, mask_prob
 
     def masked(self, rows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         special_mask = torch.isin(rows, self.special)
@@ -111,20 +126,12 @@ class MLMBatches:
         return {"input_ids": inputs, "attention_mask": torch.ones_like(rows), "labels": labels}
 
 
-class CausalLMBatches:
-    """``batch_at(step, micro)`` for next-token prediction over packed sequences (the model shifts)."""
+class CausalLMBatches(PackedBatches):
+    """Next-token prediction over packed sequences (the model shifts): nothing is masked."""
 
-    def __init__(self, sequences: torch.Tensor, batch_size: int, grad_accum: int, seed: int):
-        self.sequences, self.batch_size, self.seed = sequences, batch_size, seed
-        self.per_step = micro_batches_per_step(grad_accum)
-
-    def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
-        start = (step * self.per_step + micro) * self.batch_size
-        rows = self.sequences[example_indices(len(self.sequences), self.seed, start, self.batch_size)]
-        return self.masked(rows, None)
+    uses_generator = False
 
     def masked(self, rows: torch.Tensor, generator) -> dict[str, torch.Tensor]:
-        # Named like MLMBatches.masked so validation_loss serves both; nothing is masked here.
         return {"input_ids": rows, "attention_mask": torch.ones_like(rows), "labels": rows.clone()}
 
 
@@ -174,7 +181,7 @@ def _pack(tokenizer, path, seq_len: int, desc: str):
 
 
 @torch.no_grad()
-def validation_loss(model, batches: MLMBatches, sequences: torch.Tensor, device, max_rows: int = 512) -> float:
+def validation_loss(model, batches: PackedBatches, sequences: torch.Tensor, device, max_rows: int = 512) -> float:
     """Mean loss per predicted token on the validation split, with fixed masks where the objective
     masks (so it is comparable across runs of a profile)."""
     model.eval()

@@ -16,10 +16,8 @@ from __future__ import annotations
 import torch
 
 from leanlm.errors import DataError
-from leanlm.training.pretrain import OBJECTIVES, PretrainObjective, special_token_ids
-from leanlm.training.seeding import step_generator
+from leanlm.training.pretrain import OBJECTIVES, PackedBatches, PretrainObjective, special_token_ids
 from leanlm.training.shuffle_random import shuffle_random
-from leanlm.training.text_batches import example_indices, micro_batches_per_step
 
 
 class NonSpecialSampler:
@@ -37,25 +35,17 @@ class NonSpecialSampler:
         return self.allowed.to(picks.device)[picks]
 
 
-class ShuffleRandomBatches:
-    """``batch_at(step, micro)`` for S+R over packed sequences (random access, as MLMBatches)."""
+class ShuffleRandomBatches(PackedBatches):
+    """Shuffle+Random over packed sequences (random access, as MLMBatches)."""
 
     def __init__(self, sequences: torch.Tensor, special_ids: list[int], vocab_size: int, batch_size: int,
                  grad_accum: int, shuffle_prob: float, random_prob: float, seed: int):
-        self.sequences = sequences
+        super().__init__(sequences, batch_size, grad_accum, seed)
         self.special = torch.tensor(sorted(special_ids), dtype=torch.long)
         self.sampler = NonSpecialSampler(vocab_size, special_ids)
         self.shuffle_prob, self.random_prob = shuffle_prob, random_prob
-        self.batch_size, self.seed = batch_size, seed
-        self.per_step = micro_batches_per_step(grad_accum)
-
-    def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
-        start = (step * self.per_step + micro) * self.batch_size
-        rows = self.sequences[example_indices(len(self.sequences), self.seed, start, self.batch_size)]
-        return self.masked(rows, step_generator(self.seed, step, micro))
 
     def masked(self, rows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        """Named like MLMBatches.masked, so the shared validation loss serves S+R too."""
         special_mask = torch.isin(rows, self.special)
         inputs, labels = shuffle_random(rows, special_mask, generator, self.shuffle_prob, self.random_prob,
                                         vocab_or_sampler=self.sampler)
