@@ -260,7 +260,7 @@ def test_hub_checkpoint_run_from_a_local_canine(tiny_project, tmp_path):
                              num_hash_buckets=128, num_hash_functions=4)).save_pretrained(local)
     root = tiny_project
     edit_yaml(root / "params/experiments/ch2.yaml",
-          lambda d: d["ch2_hashformers"]["runs"]["canine_c"].update(hub_checkpoint=str(local)))
+              lambda d: d["ch2_hashformers"]["runs"]["canine_c"].update(hub_checkpoint=str(local)))
     edit_yaml(root / "params/smoke.yaml", lambda d: d.update(source="hub"))  # the run is present with the hub
     from leanlm.config import _load_matrix_cached
 

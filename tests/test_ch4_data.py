@@ -121,7 +121,7 @@ def test_paper_names_slimpajama_and_pythia_and_smoke_uses_its_own(scratch_root):
 
 def test_unknown_names_fail_naming_file_key_and_allowed_names(scratch_root):
     edit_yaml(scratch_root / "params/experiments/ch4.yaml",
-          lambda d: d["ch4_gqa"].update(pretrain_data={"corpus": "slimpajam", "tokenizer": "pythia"}))
+              lambda d: d["ch4_gqa"].update(pretrain_data={"corpus": "slimpajam", "tokenizer": "pythia"}))
     with pytest.raises(ConfigError) as err:
         load_config("params/paper.yaml")
     message = str(err.value)
@@ -131,14 +131,14 @@ def test_unknown_names_fail_naming_file_key_and_allowed_names(scratch_root):
     load_config("params/smoke.yaml")  # a profile that defines no corpora pretrains on its own
 
     edit_yaml(scratch_root / "params/experiments/ch4.yaml",
-          lambda d: d["ch4_gqa"]["runs"]["standard"].update(pretrain_data={"corpus": "slimpajama", "tokenizer": "gpt2"}))
+              lambda d: d["ch4_gqa"]["runs"]["standard"].update(pretrain_data={"corpus": "slimpajama", "tokenizer": "gpt2"}))
     with pytest.raises(ConfigError, match=r"run 'standard'.*pretrain_data.tokenizer = 'gpt2'.*allowed: 'pythia'"):
         load_config("params/paper.yaml")
 
 
 def test_named_data_is_used_only_where_it_can_be_honoured(scratch_root):
     edit_yaml(scratch_root / "params/experiments/ch3.yaml",
-          lambda d: d["ch3_decoder"].update(pretrain_data={"tokenizer": "pythia"}))
+              lambda d: d["ch3_decoder"].update(pretrain_data={"tokenizer": "pythia"}))
     with pytest.raises(ConfigError, match=r"ch3\.yaml.*pretrain_data.tokenizer is read back.*families glue"):
         load_config("params/smoke.yaml")
     edit_yaml(scratch_root / "params/experiments/ch3.yaml", lambda d: d["ch3_decoder"].update(pretrain_data={"corpus": "x"}))
@@ -150,9 +150,9 @@ def test_named_data_is_used_only_where_it_can_be_honoured(scratch_root):
 
 def test_evaluated_runs_share_their_models_data(scratch_root):
     edit_yaml(scratch_root / "params/experiments/ch4.yaml",
-          lambda d: d["ch4_skip"]["runs"]["mlp"].update(pretrain_data={"tokenizer": "other"}))
+              lambda d: d["ch4_skip"]["runs"]["mlp"].update(pretrain_data={"tokenizer": "other"}))
     edit_yaml(scratch_root / "params/paper.yaml",
-          lambda d: d["data"]["tokenizers"].update(other={"kind": "hub", "name": "EleutherAI/pythia-70m"}))
+              lambda d: d["data"]["tokenizers"].update(other={"kind": "hub", "name": "EleutherAI/pythia-70m"}))
     with pytest.raises(ConfigError, match="ch4_skip-mlp evaluates ch4_hybrid-mlp's model but names other pretraining"):
         load_config("params/paper.yaml")
 

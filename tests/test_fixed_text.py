@@ -78,7 +78,7 @@ def test_which_models_read_a_fixed_text():
 
 def test_unknown_fixed_text_fails_naming_file_experiment_and_key(scratch_root):
     edit_yaml(scratch_root / "params/experiments/ch4.yaml",
-          lambda d: d["ch4_uniform"]["pretrain_data"].update(fixed_text="finweb"))
+              lambda d: d["ch4_uniform"]["pretrain_data"].update(fixed_text="finweb"))
     with pytest.raises(ConfigError) as err:
         load_config("params/paper.yaml")
     message = str(err.value)
@@ -89,7 +89,7 @@ def test_unknown_fixed_text_fails_naming_file_experiment_and_key(scratch_root):
     assert get_run(smoke, "ch4_uniform-fixed_seq_qk").fixed_text_corpus == ""
 
     edit_yaml(scratch_root / "params/experiments/ch4.yaml",
-          lambda d: d["ch4_uniform"]["pretrain_data"].update(fixed_text=7))
+              lambda d: d["ch4_uniform"]["pretrain_data"].update(fixed_text=7))
     with pytest.raises(ConfigError, match=r"ch4\.yaml.*ch4_uniform\.pretrain_data\.fixed_text"):
         load_config("params/smoke.yaml")  # the schema checks the type in every profile
 
@@ -97,7 +97,7 @@ def test_unknown_fixed_text_fails_naming_file_experiment_and_key(scratch_root):
 def test_fixed_text_is_part_of_the_evaluated_models_data(scratch_root):
     # The pretraining corpus named as fixed text means that corpus (""), unlike the hybrid it evaluates.
     edit_yaml(scratch_root / "params/experiments/ch4.yaml",
-          lambda d: d["ch4_skip"]["runs"]["fixed_seq_qk"].update(pretrain_data={"fixed_text": "slimpajama"}))
+              lambda d: d["ch4_skip"]["runs"]["fixed_seq_qk"].update(pretrain_data={"fixed_text": "slimpajama"}))
     with pytest.raises(ConfigError, match=r"ch4_skip-fixed_seq_qk evaluates ch4_hybrid-fixed_seq_qk's model but "
                                           r"names other pretraining data.*fixed_text"):
         load_config("params/paper.yaml")
