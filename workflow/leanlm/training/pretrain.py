@@ -60,21 +60,30 @@ PRETRAIN_SEED = 0  # one pretrained model per configuration, as in the thesis
 IGNORE_INDEX = -100
 
 
-class PretrainObjective:
-    """What an objective defines; the packing of the corpus and the training loop are shared.
+class PretrainObjective(abc.ABC):
+    """How a run's model is made: ``run`` writes the model and its pretrain.json record.
 
     ``head``: the model head trained (leanlm.modeling.models); ``metric``: the name of the
-    validation number written to pretrain.json. Subclasses override :meth:`batches` and, when the
-    corpus is not packed text, :meth:`run` itself.
+    validation number written to pretrain.json. Objectives on packed text derive from
+    :class:`PackedTextObjective`; the others (translation, hub checkpoints, ProFormer's none) write
+    their own ``run``.
     """
 
     head: str = ""
     metric: str = "loss"
 
-    def batches(self, settings: dict, tokenizer, sequences: torch.Tensor, seed: int):
-        # Optional: objectives that do not train on packed text (translation, hub checkpoints, ProFormer's
-        # none) replace run() and never get here.
-        raise NotImplementedError(f"{type(self).__name__} does not train on packed text; it replaces run()")
+    @abc.abstractmethod
+    def run(self, config: dict, run) -> dict:
+        """Make run ``run``'s model and return its pretrain.json record."""
+
+
+class PackedTextObjective(PretrainObjective):
+    """An objective over the packed pretraining corpus (MLM, causal LM, Shuffle+Random): the packing and
+    the training loop are shared (:func:`pretrain_packed`); the objective supplies its batches."""
+
+    @abc.abstractmethod
+    def batches(self, settings: dict, tokenizer, sequences, seed: int) -> PackedBatches:
+        """The engine's ``batch_at(step, micro)`` over the packed rows ``sequences``."""
 
     def run(self, config: dict, run) -> dict:
         return pretrain_packed(config, run, self)
@@ -136,7 +145,7 @@ class CausalLMBatches(PackedBatches):
 
 
 @OBJECTIVES.register("mlm")
-class MLMObjective(PretrainObjective):
+class MLMObjective(PackedTextObjective):
     head = "mlm"
     metric = "mlm"
 
@@ -147,7 +156,7 @@ class MLMObjective(PretrainObjective):
 
 
 @OBJECTIVES.register("causal_lm")
-class CausalLMObjective(PretrainObjective):
+class CausalLMObjective(PackedTextObjective):
     head = "causal_lm"
     metric = "lm"
 
@@ -256,7 +265,7 @@ def pretrain(config: dict, run_id: str) -> dict:
     return objective().run(config, run)
 
 
-def pretrain_packed(config: dict, run, objective: PretrainObjective) -> dict:
+def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
     """Shared runner for objectives over the packed pretraining corpus (MLM, causal LM, ...)."""
     run_id = run.run_id
     profile = config["profile"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from leanlm.errors import DataError
-from leanlm.training.pretrain import OBJECTIVES, PackedBatches, PretrainObjective, special_token_ids
+from leanlm.training.pretrain import OBJECTIVES, PackedBatches, PackedTextObjective, special_token_ids
 from leanlm.training.shuffle_random import shuffle_random
 
 
@@ -53,7 +53,7 @@ class ShuffleRandomBatches(PackedBatches):
 
 
 @OBJECTIVES.register("shuffle_random")
-class ShuffleRandomObjective(PretrainObjective):
+class ShuffleRandomObjective(PackedTextObjective):
     head = "shuffle_random"
     metric = "shuffle_random"
 
