@@ -115,3 +115,4 @@ def test_example_order_is_per_epoch_shuffles_drawn_once():
     out = example_indices(n, seed, 0, 4)
     out[:] = -1  # callers get their own tensor: the cached shuffle is not changed through it
     assert example_indices(n, seed, 0, 4).tolist() == stream[:4].tolist()
+    assert example_indices(n, seed, 3, 0).tolist() == []

@@ -38,7 +38,9 @@ def example_indices(n: int, seed: int, start: int, count: int) -> torch.Tensor:
         take = min(end - position, n - offset)
         pieces.append(epoch_permutation(n, seed, epoch)[offset : offset + take])
         position += take
-    return torch.cat(pieces) if len(pieces) != 1 else pieces[0].clone()
+    if len(pieces) == 1:
+        return pieces[0].clone()  # the caller's own: the cached shuffle must not change through it
+    return torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.long)
 
 
 def micro_batches_per_step(grad_accum: int) -> int:
