@@ -102,6 +102,23 @@ def cmd_bench(args) -> None:
         write_json(args.out, report)
 
 
+def cmd_budget(args) -> None:
+    from leanlm import budget as budget_mod
+    from leanlm.bench import PEAK_BF16_FLOPS, peak_flops
+
+    peak = peak_flops(args.gpu)
+    if peak is None:
+        from leanlm.errors import ConfigError
+
+        raise ConfigError(f"--gpu {args.gpu!r}: no bf16 peak known; one of {[name for name, _ in PEAK_BF16_FLOPS]}")
+    result = budget_mod.budget(_config(args), tokens_per_example=args.finetune_tokens)
+    print(budget_mod.report(result, peak, budget_mod.check_fraction(args.mfu), args.gpu), end="")
+    if args.out:
+        from leanlm.io import write_text
+
+        write_text(args.out, budget_mod.to_json(result))
+
+
 def cmd_export_hf(args) -> None:
     from leanlm.modeling.checkpoint import export_hf
 
@@ -164,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16")
     p.add_argument("--out", default=None, help="also write the report as JSON here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("budget", help="GPU-hours per chapter and disk of a profile, computed from its runs")
+    _params_arg(p)
+    p.add_argument("--gpu", default="H100", help="GPU whose bf16 dense peak sets the hours (default H100 SXM)")
+    p.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed (default 0.4)")
+    p.add_argument("--finetune-tokens", type=int, default=128,
+                   help="mean tokens per fine-tuning example (batches pad to the longest in the batch)")
+    p.add_argument("--out", default=None, help="also write the per-run numbers as JSON here")
+    p.set_defaults(func=cmd_budget)
 
     p = sub.add_parser("export-hf", help="export a checkpoint in a Hugging Face compatible layout")
     p.add_argument("checkpoint", help="models/<profile>/<run_id>")
