@@ -1,0 +1,86 @@
+"""`leanlm budget`: compute and disk of a profile from its runs, checked against real models."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from leanlm import budget
+from leanlm.bench import flops_per_token
+from leanlm.config import load_config
+from leanlm.errors import ConfigError
+from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.counting import non_embedding_parameters, total_parameters
+from leanlm.modeling.heads import BertForMLM
+from leanlm.modeling.models import build_model
+from leanlm.runs import get_run, pretrain_settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_config(REPO / "params" / "paper.yaml")
+
+
+def test_meta_built_model_counts_equal_a_real_model(paper):
+    # ch. 3's BERT-base MHE-MUL, built for real on the CPU: the meta-device count must agree exactly.
+    run = get_run(paper, "ch3_encoder-mhe_mul")
+    b = budget.pretrain_budget(paper, run)
+    real = build_model(ModelConfig.from_dict({**run.model, "vocab_size": 30522}), "mlm")
+    assert b.parameters == total_parameters(real)
+    assert b.non_embedding == non_embedding_parameters(real)
+    assert b.checkpoint_bytes == 4 * total_parameters(real)
+
+
+def test_bert_flops_per_token_are_bench_accounting_plus_the_masked_output(paper):
+    run = get_run(paper, "ch3_encoder-mha")
+    settings = pretrain_settings(paper, run)
+    b = budget.pretrain_budget(paper, run)
+    config = ModelConfig.from_dict({**run.model, "vocab_size": 30522})
+    with torch.device("meta"):
+        model = BertForMLM(config)
+    output = round(6 * 30522 * 768 * settings["mask_prob"])
+    assert b.flops_per_token == flops_per_token(model, settings["seq_len"]) + output
+    # Table 3.11: 1M steps of 128 x 512 tokens.
+    assert b.tokens == 1_000_000 * 128 * 512
+
+
+def test_qwen_tokens_follow_the_global_batch_and_the_token_budget(paper):
+    run = get_run(paper, "ch4_uniform-standard")
+    b = budget.pretrain_budget(paper, run)
+    # DESIGN §8: 28,611 steps of 256 sequences of 2048 tokens, about 15B tokens.
+    assert b.tokens == 28_611 * 16 * 16 * 2048
+    assert 14.9e9 < b.tokens < 15.1e9
+    # Untied Pythia embedding (50,304 rows) and output: about 0.5B parameters (Table 4.10's size).
+    assert 4.5e8 < b.parameters < 5.5e8
+
+
+def test_hours_scale_inversely_with_mfu_and_bad_values_are_refused():
+    assert budget.gpu_hours(3.6e15, 1e12, 1.0) == pytest.approx(1.0)
+    assert budget.gpu_hours(3.6e15, 1e12, 0.5) == pytest.approx(2.0)
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ConfigError, match="--mfu"):
+            budget.check_fraction(bad)
+
+
+def test_readme_budget_command_runs_verbatim_and_reports_every_chapter():
+    # The README's command, as written there.
+    readme = (REPO / "README.md").read_text()
+    command = "leanlm budget --params params/paper.yaml"
+    assert command in readme
+    proc = subprocess.run([sys.executable, "-m", "leanlm.cli", *command.split()[1:]], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for chapter in ("ch2", "ch3", "ch4", "all"):
+        assert f"| {chapter} |" in proc.stdout
+    assert "final checkpoints" in proc.stdout
+
+
+def test_unknown_gpu_is_a_clear_error():
+    proc = subprocess.run([sys.executable, "-m", "leanlm.cli", "budget", "--params", "params/smoke.yaml",
+                           "--gpu", "Voodoo3"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "Voodoo3" in proc.stderr
