@@ -19,13 +19,12 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model
 from leanlm.provenance import hardware
 from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs
-from leanlm.training.pretrain import OBJECTIVES, PRETRAIN_SEED, PretrainObjective, parameter_counts, record_head
+from leanlm.training.pretrain import PRETRAIN_SEED, PretrainObjective, parameter_counts, record_head
 from leanlm.training.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 
 
-@OBJECTIVES.register("none")
 class NoPretraining(PretrainObjective):
     """Save the initialised encoder; fine-tuning takes it over (``transfer_backbone``)."""
 
@@ -56,3 +55,6 @@ class NoPretraining(PretrainObjective):
         write_json(paths.results_dir(profile) / "runs" / run.run_id / "pretrain.json", record)
         log.info("%s: not pretrained (objective none); saved the initialised model", run.run_id)
         return record
+
+
+Objective = NoPretraining

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from leanlm.errors import DataError
-from leanlm.training.pretrain import OBJECTIVES, PackedBatches, PackedTextObjective, special_token_ids
+from leanlm.training.pretrain import PackedBatches, PackedTextObjective, special_token_ids
 from leanlm.training.shuffle_random import shuffle_random
 
 
@@ -52,7 +52,6 @@ class ShuffleRandomBatches(PackedBatches):
         return {"input_ids": inputs, "attention_mask": torch.ones_like(rows), "labels": labels}
 
 
-@OBJECTIVES.register("shuffle_random")
 class ShuffleRandomObjective(PackedTextObjective):
     head = "shuffle_random"
     metric = "shuffle_random"
@@ -61,3 +60,6 @@ class ShuffleRandomObjective(PackedTextObjective):
         return ShuffleRandomBatches(sequences, special_token_ids(tokenizer), tokenizer.get_vocab_size(),
                                     settings["batch_size"], settings["grad_accum"],
                                     settings.get("shuffle_prob", 0.1), settings.get("random_prob", 0.1), seed)
+
+
+Objective = ShuffleRandomObjective

@@ -46,8 +46,8 @@ from leanlm.provenance import hardware
 from leanlm.runs import pretrain_settings
 from leanlm.training import checkpointing
 from leanlm.training.engine import Trainer
-from leanlm.training.finetune import TASK_RUNNERS, TaskRunner
-from leanlm.training.pretrain import (OBJECTIVES, PRETRAIN_SEED, PretrainObjective, parameter_counts,
+from leanlm.training.finetune import TaskRunner
+from leanlm.training.pretrain import (PRETRAIN_SEED, PretrainObjective, parameter_counts,
                                       pretrain_train_config, record_head)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import example_indices, micro_batches_per_step
@@ -264,7 +264,6 @@ def _task_rows(profile: str, task: str, split: str) -> list[dict]:
     return rows
 
 
-@OBJECTIVES.register("translation")
 class TranslationObjective(PretrainObjective):
     head = "seq2seq"
     metric = "translation"
@@ -352,7 +351,6 @@ def translate(model, tokenizer: Tokenizer, sources: list[str], batch_size: int, 
     return out
 
 
-@TASK_RUNNERS.register("seq2seq")
 class TranslationRunner(TaskRunner):
     """BLEU of the trained translation model on the task's test split (beam search)."""
 
@@ -390,3 +388,6 @@ class TranslationRunner(TaskRunner):
                          "max_length": settings["max_length"], "kv_cache": True},
             "seconds": time.time() - started,
         }
+
+
+Objective = TranslationObjective  # the seq2seq fine-tuning runner, leanlm.runners.seq2seq, is TranslationRunner

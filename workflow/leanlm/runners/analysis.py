@@ -31,8 +31,8 @@ import time
 from leanlm.data.tasks import get_task
 from leanlm.errors import DataError
 from leanlm.evaluation.indicators import CONTEXT_LENGTHS
-from leanlm.training.finetune import TASK_RUNNERS, TaskRunner
-from leanlm.training.lm_eval_runner import check_local_tasks, load_evaluated_model, task_location
+from leanlm.training.finetune import TaskRunner
+from leanlm.runners.lm_eval import check_local_tasks, load_evaluated_model, task_location
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,6 @@ def word_count(text: str) -> int:
     return len(re.split(r"\s+", text))
 
 
-@TASK_RUNNERS.register("analysis")
 class AttentionAnalysisRunner(TaskRunner):
     """Indicators, logit histograms and context-length perplexity of the run's trained model."""
 
@@ -107,3 +106,6 @@ class AttentionAnalysisRunner(TaskRunner):
             "attention": profile,
             "eval_seconds": time.time() - started,
         }
+
+
+Runner = AttentionAnalysisRunner

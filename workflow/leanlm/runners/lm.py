@@ -30,7 +30,7 @@ from leanlm.errors import ConfigError, DataError, TrainingError
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.perplexity import THESIS_STRIDE, strided_perplexity
 from leanlm.modeling.checkpoint import load_model
-from leanlm.training.finetune import TASK_RUNNERS, TaskRunner, _load_split
+from leanlm.training.finetune import TaskRunner, _load_split
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,6 @@ def _setting(settings: dict, key: str, default, family: str) -> int:
     return value
 
 
-@TASK_RUNNERS.register("lm")
 class PerplexityRunner(TaskRunner):
     """Test perplexity of the run's pretrained causal LM on one ``lm`` task (seed-independent)."""
 
@@ -121,3 +120,6 @@ class PerplexityRunner(TaskRunner):
             "stream_tokens": stream_tokens,  # before the max_tokens cap
             "eval_seconds": time.time() - started,
         }
+
+
+Runner = PerplexityRunner

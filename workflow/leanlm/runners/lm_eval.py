@@ -38,7 +38,7 @@ from leanlm.data.lm_eval_stage import include_path, lm_eval_task_name
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError, TrainingError
 from leanlm.runs import get_run
-from leanlm.training.finetune import TASK_RUNNERS, TaskRunner
+from leanlm.training.finetune import TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,6 @@ def _metrics(spec, scores: dict[str, float], name: str) -> dict[str, float]:
     return out
 
 
-@TASK_RUNNERS.register("lm_eval")
 class LMEvalRunner(TaskRunner):
     """Zero-shot lm-eval scores of the run's trained model on one task (seed-independent).
 
@@ -207,3 +206,6 @@ def _family_scores(config: dict, run_id: str, family: str, tokenizer) -> tuple[d
     _SCORES.clear()
     _SCORES[key] = (scores, baselines, seconds)
     return _SCORES[key]
+
+
+Runner = LMEvalRunner

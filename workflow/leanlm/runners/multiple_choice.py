@@ -21,7 +21,7 @@ from leanlm.data.tasks import get_task
 from leanlm.evaluation.metrics import compute_all
 from leanlm.modeling.checkpoint import load_model
 from leanlm.training.engine import Trainer
-from leanlm.training.finetune import (TASK_RUNNERS, TaskBatches, TaskRunner, _load_split, finetune_train_config,
+from leanlm.training.finetune import (TaskBatches, TaskRunner, _load_split, finetune_train_config,
                                       task_record)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate, encode_examples, example_indices
@@ -81,7 +81,6 @@ def predict_choices(model, encoded: list[Encoded], pad_id: int, batch_size: int 
     return preds
 
 
-@TASK_RUNNERS.register("multiple_choice")
 class MultipleChoiceRunner(TaskRunner):
     """Fine-tunes a pretrained encoder as BertForMultipleChoice on one task with one seed."""
 
@@ -117,3 +116,6 @@ class MultipleChoiceRunner(TaskRunner):
         shutil.rmtree(scratch, ignore_errors=True)
         return task_record(task, seed, spec, metrics, test_metrics, summary, train_config,
                            len(rows["train"]), len(rows["validation"]), started)
+
+
+Runner = MultipleChoiceRunner

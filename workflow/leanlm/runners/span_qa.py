@@ -35,7 +35,7 @@ from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.squad import as_references
 from leanlm.modeling.checkpoint import load_model
 from leanlm.training.engine import Trainer
-from leanlm.training.finetune import (TASK_RUNNERS, TaskBatches, TaskRunner, _load_split, finetune_train_config,
+from leanlm.training.finetune import (TaskBatches, TaskRunner, _load_split, finetune_train_config,
                                       task_record)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate
@@ -190,7 +190,6 @@ def span_options(settings: dict, family: str) -> dict:
     return options
 
 
-@TASK_RUNNERS.register("span_qa")
 class SpanQARunner(TaskRunner):
     """SQuAD-style extractive QA: fine-tune the pretrained encoder with a span head, score F1/EM."""
 
@@ -234,3 +233,6 @@ def finetune_span_qa(config: dict, run_id: str, family: str, task: str, seed: in
     return task_record(task, seed, spec, metrics, test_metrics, summary, train_config, len(rows["train"]),
                        len(rows["validation"]), started, train_features=len(train),
                        validation_features=len(features["validation"]), null_answers=allow_null)
+
+
+Runner = SpanQARunner

@@ -26,7 +26,7 @@ from leanlm.evaluation.superglue_metrics import attach_groups
 from leanlm.io import read_jsonl, write_json
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.provenance import hardware
-from leanlm.registry import Registry
+from leanlm.registry import FolderRegistry
 from leanlm.runs import finetune_seeds, finetune_settings, get_run
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
@@ -136,11 +136,9 @@ class TaskRunner(abc.ABC):
         """Fine-tune (or evaluate) and score one (task, seed): the per-task result described above."""
 
 
-TASK_RUNNERS: Registry[type[TaskRunner]] = Registry("task runner (input shape)")
-# Runners of other input shapes live beside their task code and register on import.
-RUNNER_MODULES = ("leanlm.training.multiple_choice", "leanlm.training.span_qa",
-                  "leanlm.training.translation", "leanlm.training.perplexity",
-                  "leanlm.training.lm_eval_runner", "leanlm.training.ch4_analysis")
+# The folder leanlm/runners is the registry: runner <name> (an input shape, or a family that owns its runner)
+# is class ``Runner`` of leanlm.runners.<name>, imported when a job asks for it.
+TASK_RUNNERS: FolderRegistry[type[TaskRunner]] = FolderRegistry("task runner (input shape)", "leanlm.runners", "Runner")
 
 
 def task_record(task: str, seed: int, spec, metrics: dict, test_metrics: dict, summary: dict,
@@ -165,19 +163,6 @@ def task_record(task: str, seed: int, spec, metrics: dict, test_metrics: dict, s
     }
 
 
-def import_runner_modules() -> None:
-    import importlib
-
-    for module in RUNNER_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
-
-
-@TASK_RUNNERS.register("single")
-@TASK_RUNNERS.register("pair")
 class TextClassificationRunner(TaskRunner):
     """GLUE-style single-text / text-pair classification and regression."""
 
@@ -252,7 +237,6 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     tokenizer = finetuning_tokenizer(config, run)
     settings, seeds = finetune_settings(config, run, family), finetune_seeds(config, run, family)
     results = []
-    import_runner_modules()
     for task in settings["tasks"]:
         # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
         runner = TASK_RUNNERS.get(family if family in TASK_RUNNERS else get_task(task).input_shape)()

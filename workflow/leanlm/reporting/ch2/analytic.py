@@ -1,7 +1,7 @@
 """Table 2.2's parameter columns at the thesis's scale (analytic item ``table_2_2_parameters``).
 
 #Total, #Emb, PCR (All), PCR (Emb) and PoEP of every Table 2.2 model at BERT-base, counted by
-:mod:`leanlm.reporting.ch2_counts` from models built on the meta device (HashFormers, BERT-MLM,
+:mod:`leanlm.reporting.ch2.counts` from models built on the meta device (HashFormers, BERT-MLM,
 ProFormer) or by Appendix 2.8's formulas (CANINE-C: 16,000 buckets x d; ProFormer's #Emb: 420 bits x
 d), each row above the thesis's printed values. No training, whatever the profile: ``snakemake
 analytic`` writes it in seconds. The counts hold exactly; the two cells where the thesis's own
@@ -15,8 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from leanlm.errors import LeanLMError
-from leanlm.reporting.analytic import ANALYTIC
-from leanlm.reporting.ch2_counts import table_2_2_parameter_rows
+from leanlm.reporting.ch2.counts import table_2_2_parameter_rows
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.render import Table, fmt_number, is_missing, write_table
@@ -71,7 +70,6 @@ def _mismatch_note(row: pd.Series, metric: str, header: str) -> str | None:
     return text + "."
 
 
-@ANALYTIC.register(NAME)
 def table_2_2_parameters(profile: str) -> list[Path]:
     """Table 2.2's #Total, #Emb, PCR (All), PCR (Emb), PoEP at BERT-base, beside the printed values."""
     frame = table_2_2_parameters_frame()

@@ -292,13 +292,13 @@ def run_counts(profile: str, run: Run) -> tuple[float, float, str | None]:
     """(#Total, #Emb, note) of a run as Appendix 2.8 counts them, at the profile's scale.
 
     Counted on the trained model's recorded config, built on the meta device with a binary
-    classification head (the Appendix's convention), exactly as :mod:`leanlm.reporting.ch2_counts`
+    classification head (the Appendix's convention), exactly as :mod:`leanlm.reporting.ch2.counts`
     counts the thesis's scale. CANINE-C (a hub model, not ours) takes #Total from its record and
     #Emb from Eq. 2.10; ProFormer leaves out BERT's position and token-type tables, which it lacks.
     """
     from leanlm.errors import ConfigError
     from leanlm.modeling.config import ModelConfig
-    from leanlm.reporting import ch2_counts
+    from leanlm.reporting.ch2 import counts as ch2_counts
 
     model = model_dict(profile, run)
     if run.name == "canine_c" or model.get("backbone", "bert") != "bert":

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from leanlm.errors import LeanLMError
-from leanlm.reporting import ch2_counts
-from leanlm.reporting.ch2_results import (
+from leanlm.reporting.ch2 import counts as ch2_counts
+from leanlm.reporting.ch2.results import (
     BASELINE,
     MAIN,
     RELATED,
@@ -38,8 +38,8 @@ from leanlm.reporting.ch2_results import (
 )
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
-from leanlm.reporting.render import TABLES, Table, column_cells, fmt_mean_std, fmt_number, scale_note
-from leanlm.reporting.render_ch2 import absent_note, is_missing, printed_values, seeds_text, with_headings
+from leanlm.reporting.render import Table, column_cells, fmt_mean_std, fmt_number, scale_note
+from leanlm.reporting.ch2.tables import absent_note, is_missing, printed_values, seeds_text, with_headings
 from leanlm.reporting.reported import load_reported
 from leanlm.runs import Run
 
@@ -110,7 +110,6 @@ def seq_len_text(config: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- Table 2.3
-@TABLES.register("table_2_3")
 def table_2_3(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Pretraining and inference time per sample and speed-up vs BERT-MLM (Table 2.3)."""
     table = "table_2_3"
@@ -202,7 +201,6 @@ def card_notes(reported: pd.DataFrame | None, run: Run) -> str | None:
                             **{k: f"{100 * float(row[k]):.2f}" for k in ("mnli", "mrpc_f1", "sst2")})
 
 
-@TABLES.register("table_2_side_by_side")
 def table_2_side_by_side(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Every hash-embedding family on one backbone: embedding parameters, speed and GLUE (no thesis table)."""
     table = "table_2_side_by_side"

@@ -4,9 +4,9 @@ Rows follow the thesis: the baselines, then the HashFormers under their group he
 each reproduced row above the thesis's printed row (params/reported/table_2_*.csv). A run the
 profile cannot run (``absent_runs``, e.g. CANINE-C without the hub) keeps its row, with "-" and the
 reason as a footnote. Table 2.2's counts are Appendix 2.8's, made from each run's own model at the
-profile's scale (:func:`leanlm.reporting.ch2_results.run_counts`); the thesis-scale counts are the
-analytic item ``table_2_2_parameters`` (:mod:`leanlm.reporting.analytic_ch2`). Timing tables (2.3
-and the side-by-side table) live in :mod:`leanlm.reporting.render_ch2_speed`.
+profile's scale (:func:`leanlm.reporting.ch2.results.run_counts`); the thesis-scale counts are the
+analytic item ``table_2_2_parameters`` (:mod:`leanlm.reporting.ch2.analytic`). Timing tables (2.3
+and the side-by-side table) live in :mod:`leanlm.reporting.ch2.speed`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pandas as pd
 
 from leanlm.data.tasks import get_task
 from leanlm.errors import LeanLMError
-from leanlm.reporting import ch2_counts
-from leanlm.reporting.ch2_results import (
+from leanlm.reporting.ch2 import counts as ch2_counts
+from leanlm.reporting.ch2.results import (
     BASELINE,
     MAIN,
     RELATED,
@@ -42,7 +42,7 @@ from leanlm.reporting.latex import Cell
 # when params_tables is imported first); its names are looked up when the tables are built.
 from leanlm.reporting import params_tables as pt
 from leanlm.reporting.reported import load_reported, parse_count
-from leanlm.reporting.render import PARAMS_TABLES, TABLES, Table, column_cells, fmt_mean_std, fmt_number, scale_note
+from leanlm.reporting.render import Table, column_cells, fmt_mean_std, fmt_number, scale_note
 from leanlm.runs import Run, pretrain_settings, runs
 
 UP, DOWN = "↑", "↓"
@@ -143,7 +143,6 @@ def seeds_text(config: dict) -> str:
     return f"over {n} fine-tuning seeds" if n > 1 else "from one fine-tuning seed"
 
 
-@TABLES.register("table_2_1")
 def table_2_1(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """GLUE dev results of the baselines and HashFormers (Table 2.1)."""
     runs = select_runs(config, MAIN, "table_2_1")
@@ -157,7 +156,6 @@ def table_2_1(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
                       reported_keys=[model_of(r).reported for r in runs], caption=caption)
 
 
-@TABLES.register("table_2_6")
 def table_2_6(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """HashFormers with BPE (subword) vs word tokenisation on GLUE (Table 2.6, Appendix 2.11)."""
     subword = select_runs(config, SUBWORD, "table_2_6")
@@ -188,7 +186,6 @@ def count_cell_texts(key: str, values: Sequence) -> list[str]:
     return [fmt_number(v, COUNT_DIGITS[key]) for v in values]
 
 
-@TABLES.register("table_2_2")
 def table_2_2(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Performance retention on GLUE vs BERT-MLM and the memory metrics PCR and PoEP (Table 2.2)."""
     table = "table_2_2"
@@ -336,7 +333,6 @@ def pretrain_columns(config: dict) -> list[tuple[str, str, dict, dict, str]]:
     return columns
 
 
-@PARAMS_TABLES.register("table_2_4")
 def table_2_4(profile: str, config: dict) -> Table:
     """Pretraining hyperparameters of the ch. 2 objectives as the profile sets them (Table 2.4)."""
     columns = pretrain_columns(config)
@@ -351,7 +347,6 @@ def table_2_4(profile: str, config: dict) -> Table:
                                 caption=caption, thesis_align="l", value_align="p{2.6cm}")
 
 
-@PARAMS_TABLES.register("table_2_5")
 def table_2_5(profile: str, config: dict) -> Table:
     """Fine-tuning hyperparameters of the ch. 2 GLUE runs as the profile sets them (Table 2.5)."""
     variant = finetune_variant(config)
@@ -365,6 +360,3 @@ def table_2_5(profile: str, config: dict) -> Table:
                f"{params_scale(config)} A '-' marks a setting the thesis does not print.")
     return pt.hyperparameter_table(profile, config, table="table_2_5", rows=rows, columns=columns,
                                 caption=caption, thesis_align="p{6.2cm}", value_align="p{3.2cm}")
-
-
-from leanlm.reporting import render_ch2_speed  # noqa: E402,F401  (registers Table 2.3 and the side-by-side)

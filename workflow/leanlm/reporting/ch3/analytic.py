@@ -23,8 +23,8 @@ from leanlm import paths
 from leanlm.errors import LeanLMError
 from leanlm.io import atomic_path
 from leanlm.reporting import figures
-from leanlm.reporting.analytic import ANALYTIC, _reported, ch3_variants, qkv_block_parameters
-from leanlm.reporting.ch3_counts import thesis_count
+from leanlm.reporting.analytic import _reported, ch3_variants, qkv_block_parameters
+from leanlm.reporting.ch3.counts import thesis_count
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.render import Table, column_cells, fmt_count, fmt_number, write_table
@@ -64,7 +64,6 @@ def figure_3_3_frame(heads=FIGURE_3_3_HEADS, d: int = HEAD_DIM) -> pd.DataFrame:
                          for n in heads])
 
 
-@ANALYTIC.register("figure_3_3")
 def figure_3_3(profile: str) -> list[Path]:
     """Figure 3.3 as .pdf and .png, and the plotted values as .csv."""
     frame = figure_3_3_frame()
@@ -86,7 +85,6 @@ def figure_3_4_frame(layers=FIGURE_3_4_LAYERS, heads=FIGURE_3_4_HEADS, d: int = 
     return pd.DataFrame(rows)
 
 
-@ANALYTIC.register("figure_3_4")
 def figure_3_4(profile: str) -> list[Path]:
     """Figure 3.4 as .pdf and .png, and the plotted values as .csv."""
     frame = figure_3_4_frame()
@@ -124,7 +122,6 @@ def gpt3_projection_frame() -> pd.DataFrame:
     return frame
 
 
-@ANALYTIC.register("gpt3_projection")
 def gpt3_projection(profile: str) -> list[Path]:
     """§3.5.4's projection to GPT-3 as a small table (.tex and .csv), beside the printed numbers."""
     frame = gpt3_projection_frame()
@@ -217,7 +214,6 @@ def ch3_parameter_counts_frame() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@ANALYTIC.register("ch3_parameter_counts")
 def ch3_parameter_counts(profile: str) -> list[Path]:
     """Every variant x every chapter-3 model at the thesis's scale, beside the printed #params (.tex, .csv)."""
     frame = ch3_parameter_counts_frame()

@@ -18,6 +18,7 @@ import torch
 
 from leanlm import paths
 from leanlm.errors import LeanLMError
+from leanlm.reporting.render import _paper_config, fmt_count, paper_config
 
 # The head each backbone is pretrained with in chapter 3 (the attention is the same under every head).
 PRETRAIN_HEAD = {"bert": "mlm", "gpt2": "causal_lm", "transformer": "seq2seq"}
@@ -34,21 +35,6 @@ class Count:
     params: int
     blocks: int
     model: dict
-
-
-@lru_cache(maxsize=4)
-def _paper_config(params_file: str) -> dict:
-    from leanlm.config import load_config
-
-    return load_config(params_file)
-
-
-def paper_config() -> dict:
-    """The validated paper profile (params/paper.yaml of the project root)."""
-    path = paths.params_dir() / "paper.yaml"
-    if not path.is_file():
-        raise LeanLMError(f"{path} does not exist: the thesis-scale parameter counts are taken from it")
-    return _paper_config(str(path))
 
 
 def size_model(config: dict, size: str, attention: str) -> dict:
@@ -108,8 +94,6 @@ def printed_count_note(printed: str, count: int, what: str) -> str | None:
     Table 3.1 prints MHA at BERT-base as 28.32M, while 12 x 4 x 768^2 = 28,311,552 (28.31M): the
     count is kept and the printed value shown with this note.
     """
-    from leanlm.reporting.render import fmt_count
-
     if not isinstance(printed, str) or printed in ("", "-") or fmt_count(count) == printed:
         return None
     return (f"The thesis prints {printed} for {what}; its attention weights at the thesis's scale "

@@ -17,7 +17,7 @@ import pandas as pd
 
 from leanlm.errors import LeanLMError
 from leanlm.reporting import derived
-from leanlm.reporting.ch3_counts import printed_count_note, thesis_count
+from leanlm.reporting.ch3.counts import printed_count_note, thesis_count
 from leanlm.reporting.grid import Notes
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.render import require_results, run_label
@@ -39,9 +39,8 @@ def is_extra(run: Run) -> bool:
 def _task_seeded(task: str) -> bool:
     # Imported here: the runners pull in the training stack, which only this question needs.
     from leanlm.data.tasks import get_task
-    from leanlm.training.finetune import TASK_RUNNERS, import_runner_modules
+    from leanlm.training.finetune import TASK_RUNNERS
 
-    import_runner_modules()
     return bool(TASK_RUNNERS.get(get_task(task).input_shape).seeded)
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import pandas as pd
 
 from leanlm.reporting import derived
-from leanlm.reporting.ch3_results import Block, block_summary, printed, printed_params_cells, require_named_runs
+from leanlm.reporting.ch3.results import Block, block_summary, printed, printed_params_cells, require_named_runs
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.reported import load_reported
-from leanlm.reporting.render import TABLES, Table, experiment_runs, fmt_count, fmt_number, scale_note
+from leanlm.reporting.render import Table, experiment_runs, fmt_count, fmt_number, scale_note
 from leanlm.runs import Run, pretrain_settings
 
 PAIR = ("mha", "mhe_mul")
@@ -66,7 +66,6 @@ def fmt_steps(steps: int) -> str:
     return f"{steps // 1000}K" if steps >= 1000 and steps % 1000 == 0 else str(steps)
 
 
-@TABLES.register("table_3_14")
 def table_3_14(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """MHA vs MHE-MUL across encoder and decoder sizes with PRR (Table 3.14)."""
     table = "table_3_14"
@@ -145,7 +144,6 @@ def _configurations(config: dict, table: str) -> list[tuple[str, str, list[Run]]
     return out
 
 
-@TABLES.register("table_3_15")
 def table_3_15(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Encoder-decoder BLEU of MHA vs MHE-MUL across seven configurations (Table 3.15)."""
     table = "table_3_15"

@@ -2,7 +2,7 @@
 
 Every model is one row of reproduced numbers followed by the thesis's printed row. #params are the
 attention weights of the run's own model (its results JSON); the printed #params are checked
-against the same models built at the thesis's scale (ch3_counts) and footnoted where the thesis
+against the same models built at the thesis's scale (ch3.counts) and footnoted where the thesis
 rounds differently (MHA at BERT-base: printed 28.32M, counted 28,311,552).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from leanlm.errors import LeanLMError
-from leanlm.reporting.ch3_results import (
+from leanlm.reporting.ch3.results import (
     Block,
     block_summary,
     is_extra,
@@ -24,7 +24,6 @@ from leanlm.reporting.ch3_results import (
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.reported import load_reported, parse_count
 from leanlm.reporting.render import (
-    TABLES,
     Table,
     column_cells,
     experiment_runs,
@@ -118,14 +117,12 @@ def efficiency_table(profile: str, config: dict, tidy: pd.DataFrame, *, table: s
     return Table(frame=frame, context=context)
 
 
-@TABLES.register("table_3_1")
 def table_3_1(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Encoder-only results on GLUE, SUPERGLUE, SQUAD v1.1 and v2.0 with PRR and PEoP (Table 3.1)."""
     return efficiency_table(profile, config, tidy, table="table_3_1", experiment="ch3_encoder",
                             blocks=TABLE_3_1_BLOCKS, what="Encoder-only architecture on dev sets", landscape=True)
 
 
-@TABLES.register("table_3_2")
 def table_3_2(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Decoder-only results: GLUE dev, WIKITEXT-103 and PENN TREEBANK test perplexity (Table 3.2)."""
     return efficiency_table(profile, config, tidy, table="table_3_2", experiment="ch3_decoder",
@@ -133,7 +130,6 @@ def table_3_2(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
                             "language modelling test sets", landscape=True)
 
 
-@TABLES.register("table_3_3")
 def table_3_3(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Encoder-decoder BLEU on WMT-14 English-German with PRR and PEoP (Table 3.3; PEoP to one decimal)."""
     return efficiency_table(profile, config, tidy, table="table_3_3", experiment="ch3_encdec",

@@ -17,12 +17,11 @@ import pandas as pd
 
 from leanlm.data.tasks import get_task
 from leanlm.reporting import derived
-from leanlm.reporting.ch3_results import family_seeds, is_extra, label_cell, printed, seeds_phrase, thesis_rows
+from leanlm.reporting.ch3.results import family_seeds, is_extra, label_cell, printed, seeds_phrase, thesis_rows
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.reported import load_reported
 from leanlm.reporting.render import (
-    TABLES,
     Table,
     best_flags,
     column_cells,
@@ -166,42 +165,36 @@ def score_peop_table(profile: str, config: dict, tidy: pd.DataFrame, *, table: s
     return Table(frame=frame, context=context)
 
 
-@TABLES.register("table_3_5")
 def table_3_5(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Encoder-only models on GLUE dev sets, per task (Table 3.5)."""
     return mean_std_table(profile, config, tidy, table="table_3_5", experiment="ch3_encoder", family="glue",
                           what="Encoder-only models on GLUE dev sets")
 
 
-@TABLES.register("table_3_6")
 def table_3_6(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Encoder-only models on SUPERGLUE dev sets, per task (Table 3.6)."""
     return mean_std_table(profile, config, tidy, table="table_3_6", experiment="ch3_encoder", family="superglue",
                           what="Encoder-only models on SUPERGLUE dev sets")
 
 
-@TABLES.register("table_3_7")
 def table_3_7(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Encoder-only GLUE scores with PEoP per task (Table 3.7)."""
     return score_peop_table(profile, config, tidy, table="table_3_7", experiment="ch3_encoder", family="glue",
                             what="Encoder-only models on GLUE dev sets with PEoP")
 
 
-@TABLES.register("table_3_8")
 def table_3_8(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Encoder-only SUPERGLUE scores with PEoP per task (Table 3.8)."""
     return score_peop_table(profile, config, tidy, table="table_3_8", experiment="ch3_encoder", family="superglue",
                             what="Encoder-only models on SUPERGLUE dev sets with PEoP")
 
 
-@TABLES.register("table_3_9")
 def table_3_9(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Decoder-only models on GLUE dev sets, per task (Table 3.9)."""
     return mean_std_table(profile, config, tidy, table="table_3_9", experiment="ch3_decoder", family="glue",
                           what="Decoder-only models on GLUE dev sets")
 
 
-@TABLES.register("table_3_10")
 def table_3_10(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Decoder-only GLUE scores with PEoP per task (Table 3.10; causal LM pretraining, DESIGN §8)."""
     return score_peop_table(profile, config, tidy, table="table_3_10", experiment="ch3_decoder", family="glue",

@@ -1,7 +1,7 @@
 """Chapter 4's counting outputs (target ``analytic``, no training).
 
 - Tables 4.5-4.8 (appendices E-H): each variant's printed formula, its value at a tested size and
-  the same quantity measured on an instantiated mixer (:mod:`leanlm.reporting.ch4_formulas`), with
+  the same quantity measured on an instantiated mixer (:mod:`leanlm.reporting.ch4.formulas`), with
   measured / formula; where that is not 1 a footnote says why (the formulas are leading-order).
 - Table 4.10 (appendix L): each size's configuration, read from the ModelConfig the pipeline builds,
   beside the printed one, and the parameters of every variant's causal LM built at that size on the
@@ -20,8 +20,8 @@ import pandas as pd
 
 from leanlm.errors import LeanLMError
 from leanlm.modeling.qwen_sizes import MLP_TOLERANCE_PER_LAYER, TABLE_4_10, qwen_config, table_4_10_rows
-from leanlm.reporting import ch4_formulas
-from leanlm.reporting.analytic import ANALYTIC, _reported
+from leanlm.reporting.ch4 import formulas as ch4_formulas
+from leanlm.reporting.analytic import _reported
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.render import Table, fmt_count, fmt_number, write_table
@@ -104,8 +104,20 @@ def formula_table(profile: str, table: str, size: dict | None = None) -> list[Pa
     return write_table(profile, table, Table(frame=pd.DataFrame(records), context=context))
 
 
-for _name in WHAT:
-    ANALYTIC.register(_name)(lambda profile, _table=_name: formula_table(profile, _table))
+def table_4_5(profile: str) -> list[Path]:
+    return formula_table(profile, "table_4_5")
+
+
+def table_4_6(profile: str) -> list[Path]:
+    return formula_table(profile, "table_4_6")
+
+
+def table_4_7(profile: str) -> list[Path]:
+    return formula_table(profile, "table_4_7")
+
+
+def table_4_8(profile: str) -> list[Path]:
+    return formula_table(profile, "table_4_8")
 
 
 # ----------------------------------------------------------------------------- Table 4.10
@@ -164,10 +176,9 @@ def table_4_10_frame() -> pd.DataFrame:
     return frame.join(gaps, on="size")
 
 
-@ANALYTIC.register("table_4_10")
 def table_4_10(profile: str) -> list[Path]:
     """Table 4.10 (configurations and each variant's parameter count per size) as .tex and .csv."""
-    from leanlm.reporting.ch4_records import variant_label
+    from leanlm.reporting.ch4.records import variant_label
 
     frame = table_4_10_frame()
     sizes = list(frame["size"])

@@ -1,4 +1,4 @@
-"""Chapter 4's attention-analysis figures, from each run's analysis.json (ch4_records.read_analysis).
+"""Chapter 4's attention-analysis figures, from each run's analysis.json (ch4.records.read_analysis).
 
 - Figure 4.1: radar plots of the eight indicators (H ENTROPY, C CONC, HD HEADDIV, LF0-LF3
   LOCFOC_N, S SINK) at a few layers, for Standard and the five token-mixing variants (Approx.,
@@ -29,9 +29,8 @@ from leanlm import paths
 from leanlm.evaluation.indicators import INDICATORS, normalise_indicators
 from leanlm.errors import LeanLMError
 from leanlm.modeling.layouts import SIMPLE, layer_kinds
-from leanlm.reporting.ch4_records import Analysis, Ch4Row, experiment_rows, read_analysis, variant_label
+from leanlm.reporting.ch4.records import Analysis, Ch4Row, experiment_rows, read_analysis, variant_label
 from leanlm.reporting.figures import STYLE, save_figure, write_csv
-from leanlm.reporting.render import TABLES
 
 AXES = {"ENTROPY": "H", "CONC": "C", "HEADDIV": "HD", "LOCFOC_0": "LF0", "LOCFOC_1": "LF1", "LOCFOC_2": "LF2",
         "LOCFOC_3": "LF3", "SINK": "S"}
@@ -162,19 +161,16 @@ def indicator_figure(profile: str, config: dict, name: str, variants: Sequence[s
     return draw(frame, variants, base) + [csv]
 
 
-@TABLES.register("figure_4_1")
 def figure_4_1(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     """Radar plots of the attention indicators at representative layers (Figure 4.1)."""
     return indicator_figure(profile, config, "figure_4_1", MIXING_VARIANTS, "radar")
 
 
-@TABLES.register("figure_4_7")
 def figure_4_7(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     """Every layer's indicators for Standard and the five token-mixing variants (Figure 4.7)."""
     return indicator_figure(profile, config, "figure_4_7", MIXING_VARIANTS, "grid")
 
 
-@TABLES.register("figure_4_8")
 def figure_4_8(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     """Every layer's indicators for Non-apx. and RndEmbQK, uniform and hybrid, and Standard (Figure 4.8)."""
     return indicator_figure(profile, config, "figure_4_8", CONFIG_VARIANTS, "grid")
@@ -216,7 +212,6 @@ def _logit_models(profile: str, config: dict, name: str) -> list[tuple[Ch4Row, A
     return [(r, a) for r, a in analysed(profile, config, name, CONFIG_VARIANTS) if r.config != "standard"]
 
 
-@TABLES.register("figure_4_2")
 def figure_4_2(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     """Pre-softmax logits of RndEmbQK and Non-apx. at the hybrid's simple layers, uniform vs hybrid (Figure 4.2)."""
     frame = logit_frame(_logit_models(profile, config, "figure_4_2"))
@@ -247,7 +242,6 @@ def figure_4_2(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
         return save_figure(fig, base) + [csv]
 
 
-@TABLES.register("figure_4_6")
 def figure_4_6(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     """Every layer's logit histogram for RndEmbQK and Non-apx., uniform and hybrid overlaid (Figure 4.6)."""
     models = _logit_models(profile, config, "figure_4_6")
@@ -282,4 +276,3 @@ def figure_4_6(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
         base = paths.tables_dir(profile) / "figure_4_6"
         csv = write_csv(pd.DataFrame(records), base.with_suffix(".csv"))
         return save_figure(fig, base) + [csv]
-

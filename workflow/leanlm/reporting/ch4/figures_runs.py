@@ -20,7 +20,7 @@ import pandas as pd
 from leanlm import paths
 from leanlm.errors import LeanLMError
 from leanlm.modeling.layouts import TABLE_4_11_LAYOUTS
-from leanlm.reporting.ch4_records import (
+from leanlm.reporting.ch4.records import (
     TASK_HEADERS,
     Ch4Row,
     canonical_layout,
@@ -32,7 +32,6 @@ from leanlm.reporting.ch4_records import (
     variant_label,
 )
 from leanlm.reporting.figures import STYLE, save_figure, write_csv
-from leanlm.reporting.render import TABLES
 
 HEADS = {"uniform": "UNIFORM", "hybrid": "HYBRID", "skip": "HYBRID SKIP"}
 LAYOUT_VARIANTS = ["rnd_emb_qk", "non_approximate"]
@@ -59,7 +58,6 @@ def _xscale(ax, log: bool) -> None:
 
 
 # ----------------------------------------------------------------------------- Figure 4.3
-@TABLES.register("figure_4_3")
 def figure_4_3(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     """RndEmbQK and Non-apx. across the nine hybrid layouts, Standard dotted (Figure 4.3)."""
     name = "figure_4_3"
@@ -111,7 +109,6 @@ def size_rows(config: dict, name: str) -> tuple[list[Ch4Row], list[str]]:
     return rows, [label for label, _ in ordered]
 
 
-@TABLES.register("figure_4_4")
 def figure_4_4(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     """Every variant and configuration at each size on WikiText, ARC-E and SciQ (Figure 4.4)."""
     name = "figure_4_4"
@@ -148,7 +145,6 @@ def figure_4_4(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
         return save_figure(fig, base) + [csv]
 
 
-@TABLES.register("figure_4_5")
 def figure_4_5(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     """Training loss of every variant and configuration, one panel per size (Figure 4.5)."""
     from leanlm.modeling.mixers import CH4_VARIANTS
@@ -178,4 +174,3 @@ def figure_4_5(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
             ax.set_ylabel("training loss")
         axes[0][-1].legend(fontsize=5, ncol=1, loc="upper right")
         return save_figure(fig, base) + [csv]
-

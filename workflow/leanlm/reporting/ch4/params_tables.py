@@ -14,13 +14,13 @@ from pathlib import Path
 import pandas as pd
 
 from leanlm.modeling.layouts import TABLE_4_11_LAYOUTS, standard_layers
-from leanlm.reporting.ch4_records import canonical_layout, size_label, size_order
+from leanlm.reporting.ch4.records import canonical_layout, size_label, size_order
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 # The module, not its names: params_tables imports render, which imports this module (a cycle
 # when params_tables is imported first); its names are looked up when the tables are built.
 from leanlm.reporting import params_tables as pt
-from leanlm.reporting.render import PARAMS_TABLES, Table, fmt_count
+from leanlm.reporting.render import Table, fmt_count
 from leanlm.reporting.reported import load_reported
 from leanlm.runs import pretrain_settings, runs
 
@@ -79,7 +79,6 @@ def ch4_pretraining_columns(config: dict) -> list[tuple[str, str, dict, dict, st
     return [tuple(v) for v in merged.values()]
 
 
-@PARAMS_TABLES.register("table_4_9")
 def table_4_9(profile: str, config: dict) -> Table:
     """Chapter 4's pretraining hyperparameters as the profile sets them, beside the thesis's (Table 4.9)."""
     columns = ch4_pretraining_columns(config)
@@ -108,7 +107,6 @@ def profile_layout_depths(config: dict) -> list[int]:
     return sorted(depths - {THESIS_LAYERS})
 
 
-@PARAMS_TABLES.register("table_4_11")
 def table_4_11(profile: str, config: dict) -> Table:
     """The nine hybrid layouts (Table 4.11): the layers that keep standard attention, from layouts.py."""
     reported = load_reported("table_4_11")

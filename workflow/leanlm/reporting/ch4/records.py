@@ -13,7 +13,7 @@ Every file format chapter 4 reporting reads is read here, so an upstream change 
     ``{"tasks": {task: {"random_guess": {metric: value} | null, "majority": {...} | null}}}``, as
     :func:`leanlm.data.lm_eval_tasks.random_guess_and_majority` returns per task. Without it the
     rows are computed from the profile's local task files (data/<profile>/tasks/lm_eval/).
-``results/<profile>/runs/<run_id>/analysis.json`` (family ``analysis``, leanlm.training.ch4_analysis)
+``results/<profile>/runs/<run_id>/analysis.json`` (family ``analysis``, leanlm.runners.analysis)
     a results JSON whose entry ``results[0]`` holds ``context_length_perplexity``
     (``{"perplexity": {"128": ppl, ...}, ...}``; else its metrics ``perplexity_ctx<L>``) and
     ``attention`` (:func:`leanlm.evaluation.attention_analysis.attention_profile`):

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from leanlm.reporting.ch4_records import (
+from leanlm.reporting.ch4.records import (
     LM_TASKS,
     NLU_TASKS,
     SCORE_COLUMNS,
@@ -30,7 +30,7 @@ from leanlm.reporting.ch4_records import (
 )
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
-from leanlm.reporting.render import TABLES, Table, best_flags, is_missing
+from leanlm.reporting.render import Table, best_flags, is_missing
 from leanlm.reporting.reported import load_reported, reported_path
 
 UP, DOWN = "↑", "↓"
@@ -150,7 +150,6 @@ def lm_eval_table(profile: str, config: dict, tidy: pd.DataFrame, *, table: str,
     return Table(frame=pd.DataFrame(frame_rows), context=context)
 
 
-@TABLES.register("table_4_1")
 def table_4_1(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Uniform, hybrid, hybrid-skip and standard models at the main size (Table 4.1)."""
     return lm_eval_table(profile, config, tidy, table="table_4_1", experiments=["ch4_uniform"],
@@ -158,14 +157,12 @@ def table_4_1(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
                          what="Performance of uniform, hybrid, skip and standard models")
 
 
-@TABLES.register("table_4_2")
 def table_4_2(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """The Qwen3-1.7B-architecture models, uniform / hybrid and standard (Table 4.2)."""
     return lm_eval_table(profile, config, tidy, table="table_4_2", experiments=["ch4_1_7b"], heads=APPENDIX_HEADS,
                          what="Performance of uniform, hybrid and standard models at the 1.7B (Qwen3) architecture")
 
 
-@TABLES.register("table_4_3")
 def table_4_3(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Grouped-query attention models, uniform / hybrid and standard (Table 4.3)."""
     return lm_eval_table(profile, config, tidy, table="table_4_3", experiments=["ch4_gqa"], heads=APPENDIX_HEADS,
@@ -181,7 +178,6 @@ def context_lengths(config: dict, measured: Sequence[dict], reported: pd.DataFra
     return sorted(set(ours) | set(thesis))
 
 
-@TABLES.register("table_4_4")
 def table_4_4(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """WikiText perplexity of the standard, uniform and hybrid models by context length (Table 4.4)."""
     table = "table_4_4"
