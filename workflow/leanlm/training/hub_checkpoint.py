@@ -29,7 +29,7 @@ from torch import nn
 
 from leanlm.errors import TrainingError
 from leanlm.modeling.checkpoint import CONFIG_NAME, FORMAT, load_model
-from leanlm.training.hash_inputs import Encoding, assemble
+from leanlm.training.encoding import Encoding, assemble
 
 CLS, SEP, MASK, PAD = 0xE000, 0xE001, 0xE003, 0
 CHARS_PER_TOKEN = 4
