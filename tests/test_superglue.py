@@ -216,7 +216,7 @@ def _synthetic_documents(n_docs: int = 120) -> list[tuple[str, list[str]]]:
 
 @pytest.fixture(scope="module")
 def synthetic_sources() -> StandInSources:
-    import leanlm.data.superglue  # noqa: F401  (registers the builders)
+    import leanlm.data.superglue_standins  # noqa: F401  (registers the builders)
 
     src = StandInSources(Path("/nonexistent"))
     src.__dict__["prose_documents"] = _synthetic_documents()  # what the cached_property would hold
@@ -294,7 +294,7 @@ REAL_RAW = paths.data_dir("smoke") / "raw"
 @pytest.mark.skipif(not (REAL_RAW / "MANIFEST.json").is_file(), reason="the packaged raw files are not fetched here")
 def test_real_packaged_text_gives_enough_rows_and_real_priors():
     # The real prose, where the stand-ins must give enough rows in every split and the real priors.
-    import leanlm.data.superglue  # noqa: F401
+    import leanlm.data.superglue_standins  # noqa: F401  (registers the builders)
 
     src = StandInSources(REAL_RAW)
     src.__dict__["prose_documents"] = src.prose_documents[::4]  # a quarter of the documents: fast enough

@@ -26,7 +26,9 @@ from leanlm.evaluation.superglue_metrics import attach_groups
 from leanlm.io import read_jsonl, write_json
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.provenance import hardware
-from leanlm.registry import FolderRegistry
+# The folder leanlm/runners is the registry: runner <name> (an input shape, or a family that owns its runner)
+# is class ``Runner`` of leanlm.runners.<name>, imported when a job asks for it.
+from leanlm.plugins import TASK_RUNNERS, runner_name
 from leanlm.runs import finetune_seeds, finetune_settings, get_run
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
@@ -136,11 +138,6 @@ class TaskRunner(abc.ABC):
         """Fine-tune (or evaluate) and score one (task, seed): the per-task result described above."""
 
 
-# The folder leanlm/runners is the registry: runner <name> (an input shape, or a family that owns its runner)
-# is class ``Runner`` of leanlm.runners.<name>, imported when a job asks for it.
-TASK_RUNNERS: FolderRegistry[type[TaskRunner]] = FolderRegistry("task runner (input shape)", "leanlm.runners", "Runner")
-
-
 def task_record(task: str, seed: int, spec, metrics: dict, test_metrics: dict, summary: dict,
                 train_config: TrainConfig, train_examples: int, validation_examples: int, started: float,
                 **extra) -> dict:
@@ -239,7 +236,7 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     results = []
     for task in settings["tasks"]:
         # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
-        runner = TASK_RUNNERS.get(family if family in TASK_RUNNERS else get_task(task).input_shape)()
+        runner = TASK_RUNNERS.get(runner_name(family, task))()
         for seed in seeds if runner.seeded else seeds[:1]:
             result = runner(config, run_id, family, task, seed, tokenizer)
             log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])

@@ -42,7 +42,7 @@ from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
 from leanlm.training.encoding import Encoding, assemble
-from leanlm.training.hash_tokenizers import HASH_TOKENIZERS, uses_codebook
+from leanlm.training.hash_tokenizers import HASH_TOKENIZERS, check_run_tokenizer, uses_codebook
 
 CODEBOOK_DIR = "codebook"
 

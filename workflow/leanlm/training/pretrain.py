@@ -41,7 +41,8 @@ from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.modeling.models import build_model
-from leanlm.registry import FolderRegistry
+# The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>.
+from leanlm.plugins import OBJECTIVES
 from leanlm.provenance import hardware
 from leanlm.runs import get_run, pretrain_settings
 from leanlm.training.engine import TrainConfig, Trainer
@@ -89,9 +90,6 @@ class PackedTextObjective(PretrainObjective):
         return pretrain_packed(config, run, self)
 
 
-# The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>.
-OBJECTIVES: FolderRegistry[type[PretrainObjective]] = FolderRegistry("pretraining objective", "leanlm.objectives",
-                                                                   "Objective")
 
 
 def special_token_ids(tokenizer) -> list[int]:
