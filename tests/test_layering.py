@@ -2,8 +2,8 @@
 
 - no import circle between leanlm modules (imports at any depth, top level or inside functions);
 - the core (modeling, data, training engine, evaluation, reporting machinery, ...) never imports a
-  plug-in (pretraining objectives, fine-tuning runners, chapter tables and figures); a chapter never
-  imports another chapter;
+  plug-in (pretraining objectives, fine-tuning runners, chapter tables and figures) or a benchmark; a
+  chapter never imports another chapter;
 - every registered objective, runner, table and figure resolves, and a missing one fails loudly;
 - each rule's code fingerprint covers the code its job runs and nothing of another plug-in.
 """
@@ -123,6 +123,12 @@ def test_core_never_imports_a_plugin():
     wrong = sorted((m, i) for m, imported in GRAPH.items() if not _in(m, PLUGINS)
                    for i in imported if _in(i, PLUGINS))
     assert wrong == [], "core module -> plug-in imports (plug-ins are found by dotted path, leanlm.plugins)"
+
+
+def test_no_library_layer_imports_a_benchmark():
+    wrong = sorted((m, i) for m, imported in GRAPH.items() if not _in(m, ("leanlm.benchmarks", "leanlm.cli"))
+                   for i in imported if _in(i, ("leanlm.benchmarks",)))
+    assert wrong == []
 
 
 def test_a_chapter_never_imports_another():

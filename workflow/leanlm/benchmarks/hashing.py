@@ -1,4 +1,4 @@
-"""``python -m leanlm.hashing.bench``: how fast hashing and hash-embedded pretraining steps are.
+"""``python -m leanlm.benchmarks.hashing``: how fast hashing and hash-embedded pretraining steps are.
 
 1. Hash bits for 10^5 distinct tokens (pseudo-words of 3-11 letters): MD5 (HMAC) and LSH (fitting
    the top-50K n-gram vocabulary is timed separately: it happens once per corpus); and LSH's Emb

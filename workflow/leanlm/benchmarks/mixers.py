@@ -1,7 +1,7 @@
 """Throughput of ch. 4's mixers: tokens/s of each variant relative to Standard (and MFU on GPUs).
 
-    python -m leanlm.modeling.mixers.bench                       # small width, CPU or CUDA
-    python -m leanlm.modeling.mixers.bench --d-model 896 --heads 14 --train --out bench.json
+    python -m leanlm.benchmarks.mixers                       # small width, CPU or CUDA
+    python -m leanlm.benchmarks.mixers --d-model 896 --heads 14 --train --out bench.json
 
 Each mixer is timed alone on (batch, L, d) inputs: at L = 2048 for every variant, and at L = 8192
 for Approximate and Non-approximate against Standard (the linear variants' case). Inference
@@ -15,9 +15,9 @@ alike rather than whichever happened to run then.
 
 MFU (on CUDA, or wherever ``peak_tflops`` is given): FLOPs of one forward as
 torch.utils.flop_counter counts them (every GEMM; SDPA as the full L x L products, as
-leanlm.bench's MFU accounting counts attention), times 3 with ``--train`` (backward = 2 forwards;
-the recomputation of checkpointed parts is not counted), over time and the device's bf16 dense peak
-(leanlm.bench.peak_flops).
+leanlm.benchmarks.pretraining's MFU accounting counts attention), times 3 with ``--train`` (backward =
+2 forwards; the recomputation of checkpointed parts is not counted), over time and the device's bf16 dense peak
+(leanlm.benchmarks.pretraining.peak_flops).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from leanlm.bench import peak_flops
+from leanlm.benchmarks.pretraining import peak_flops
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.mixers import CH4_VARIANTS, MixerContext, build_mixer
 from leanlm.modeling.mixers.base import apply_rope, rope_tables
