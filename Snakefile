@@ -17,7 +17,8 @@ from pathlib import Path
 from leanlm import forkserver
 from leanlm.config import load_config
 from leanlm.io import load_yaml
-from leanlm.provenance import code_version
+from leanlm.job_code import finetune_code, pretrain_code, render_code
+from leanlm.provenance import code_of, code_version
 from leanlm.runs import pretrain_settings, runs
 
 PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smoke.yaml"

@@ -10,7 +10,7 @@ import pytest
 from leanlm.modeling.attention import ATTENTION
 from leanlm.modeling.models import MODELS, _import_all, model_key
 from leanlm.reporting import analytic
-from leanlm.reporting.analytic_ch3 import (
+from leanlm.reporting.ch3.analytic import (
     ch3_parameter_counts_frame,
     figure_3_3_frame,
     figure_3_4_frame,

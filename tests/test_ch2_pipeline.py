@@ -114,7 +114,7 @@ def test_codebook_tokenizer_encodes_like_a_bert_tokenizer():
 
 
 def _sr_batches(book, texts, seq_len=16):
-    from leanlm.training.shuffle_random_objective import ShuffleRandomObjective
+    from leanlm.objectives.shuffle_random import ShuffleRandomObjective
 
     tok = CodebookTokenizer(book)
     docs = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from leanlm.reporting import ch4_formulas as ch4
+from leanlm.reporting.ch4 import formulas as ch4
 
 SIZE = {"B": 1, "L": 64, "d": 128, "h": 2}  # d_h = 64, as in the thesis
 B, L, d, h = 1, 64, 128, 2

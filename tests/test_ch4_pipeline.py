@@ -287,7 +287,7 @@ def test_lm_eval_record(tiny_pipeline):
 
 
 def test_skip_evaluates_the_hybrid_without_its_simple_layers(tiny_pipeline):
-    from leanlm.training.lm_eval_runner import load_evaluated_model
+    from leanlm.runners.lm_eval import load_evaluated_model
 
     root, config, _ = tiny_pipeline
     record = _record(root, "ch4_skip-fixed_seq_qk", "lm_eval")
@@ -352,7 +352,7 @@ def test_baselines_follow_the_evaluated_documents(tiny_pipeline):
 
 
 def test_a_missing_stand_in_is_named_before_evaluating(tiny_pipeline):
-    from leanlm.training.lm_eval_runner import check_local_tasks
+    from leanlm.runners.lm_eval import check_local_tasks
 
     _, config, _ = tiny_pipeline
     check_local_tasks(config, ["leanlm_definition", "leanlm_wikitext"])

@@ -153,7 +153,7 @@ def test_config_round_trip_and_errors():
 
 
 def test_bench_flops_per_token_and_cpu_run():
-    from leanlm.bench import flops_per_token, format_report, peak_flops, run_bench
+    from leanlm.benchmarks.pretraining import flops_per_token, format_report, peak_flops, run_bench
 
     base = on_meta(lambda: BertForMLM(ModelConfig(**BERT_BASE)))
     non_embedding = total_parameters(base) - (30522 + 512 + 2) * 768

@@ -30,7 +30,7 @@ from leanlm.modeling.hash_embeddings import (
 from leanlm.modeling.heads import BertForMLM
 from leanlm.modeling.models import build_model
 from leanlm.modeling.projection_embeddings import BERT_HASH_SIZES, bert_hash_config
-from leanlm.reporting.ch2_counts import table_2_2_parameter_rows
+from leanlm.reporting.ch2.counts import table_2_2_parameter_rows
 
 torch.set_num_threads(2)
 

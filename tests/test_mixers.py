@@ -192,7 +192,7 @@ def test_shared_map_needs_the_fixed_stream():
 
 
 # ------------------------------------------------- Approximate's fast kernel (mixers/taylor.py)
-from leanlm.modeling.mixers import bench  # noqa: E402
+from leanlm.benchmarks import mixers as bench  # noqa: E402
 from leanlm.modeling.mixers.linear import causal_linear_attention  # noqa: E402
 from leanlm.modeling.mixers.taylor import (  # noqa: E402
     Buffers,

@@ -139,11 +139,10 @@ def _project(root, task: str = "ptb"):
 
 
 def test_runner_reports_test_perplexity(scratch_root):
-    from leanlm.training.finetune import TASK_RUNNERS, import_runner_modules
-    from leanlm.training.perplexity import PerplexityRunner, stream_token_ids
+    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.runners.lm import PerplexityRunner, stream_token_ids
 
     tokenizer, model = _project(scratch_root)
-    import_runner_modules()
     assert TASK_RUNNERS.get("lm") is PerplexityRunner and not PerplexityRunner.seeded
     config = {"profile": "smoke", "finetune": {"lm": {"tasks": ["ptb"], "stride": 4, "max_length": 8, "batch_size": 2}}}
     tokenizer.enable_truncation(max_length=5)  # a caller's setting must not cut the stream
@@ -163,7 +162,7 @@ def test_runner_reports_test_perplexity(scratch_root):
 
 
 def test_runner_defaults_and_setting_errors(scratch_root):
-    from leanlm.training.perplexity import PerplexityRunner
+    from leanlm.runners.lm import PerplexityRunner
 
     tokenizer, _ = _project(scratch_root)
     runner = PerplexityRunner()
@@ -188,7 +187,7 @@ def test_runner_refuses_a_model_that_is_no_causal_lm(scratch_root):
     from leanlm import paths
     from leanlm.modeling.checkpoint import save_checkpoint
     from leanlm.modeling.heads import BertForMLM
-    from leanlm.training.perplexity import PerplexityRunner
+    from leanlm.runners.lm import PerplexityRunner
 
     tokenizer, _ = _project(scratch_root)
     bert = ModelConfig(vocab_size=tokenizer.get_vocab_size(), n_layers=1, d_model=16, n_heads=2, head_dim=8,

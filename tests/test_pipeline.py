@@ -5,7 +5,9 @@ Snakemake's own dry-run job list:
 - nothing changed -> nothing runs;
 - data files touched (as `dvc checkout`/`dvc pull` does) -> nothing runs;
 - one model's configuration changed -> that model's pretrain and fine-tune, aggregation, rendering;
-- one table template changed -> that table's rendering (and the PDF that includes it).
+- one table template changed -> that table's rendering (and the PDF that includes it);
+- one fine-tuning runner's code changed -> the fine-tuning jobs that run it, no pretraining;
+- one chapter's renderer changed -> that chapter's tables only.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ def project(tmp_path_factory):
     (root / ".dvc").mkdir()
     shutil.copy(ROOT / ".dvc" / "config", root / ".dvc" / "config")
     shutil.copytree(ROOT / "params", root / "params")
-    # workflow/leanlm is copied for DVC's dependency hashes; the code that runs is the installed package.
+    # workflow/leanlm is copied for DVC's dependency hashes, and it is the code that runs (PYTHONPATH below), so
+    # the tests can edit a module and read from the dry run which jobs its code fingerprint reruns.
     for sub in ("rules", "schemas", "templates", "profiles", "leanlm"):
         shutil.copytree(ROOT / "workflow" / sub, root / "workflow" / sub, ignore=shutil.ignore_patterns("__pycache__"))
     _tiny_profile(root / "params")
@@ -87,6 +90,7 @@ def project(tmp_path_factory):
         **os.environ,
         "LEANLM_ROOT": str(root),
         "LEANLM_CACHE": str(root / "cache"),
+        "PYTHONPATH": str(root / "workflow"),
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -107,7 +111,10 @@ def snakemake(project, *args, check=True):
 
 def planned_jobs(project) -> dict[str, int]:
     """Rule -> job count from a dry run's 'Job stats' table (empty when nothing is to be done)."""
-    out = snakemake(project, "-n")
+    return _job_counts(snakemake(project, "-n"))
+
+
+def _job_counts(out: str) -> dict[str, int]:
     if "Nothing to be done" in out:
         return {}
     table = out.split("Job stats:", 1)[1]
@@ -122,7 +129,10 @@ def planned_jobs(project) -> dict[str, int]:
 
 
 def planned_wildcards(project, rule: str) -> list[str]:
-    out = snakemake(project, "-n")
+    return _job_wildcards(snakemake(project, "-n"), rule)
+
+
+def _job_wildcards(out: str, rule: str) -> list[str]:
     blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
     return [
         re.search(r"wildcards: (.*)", b).group(1)
@@ -211,6 +221,42 @@ def test_changed_template_reruns_only_that_rendering(built):
     assert planned_wildcards(built, "analytic_table") == ["profile=smoke, item=table_3_4"]
     snakemake(built)
     assert planned_jobs(built) == {}
+
+
+def _planned_after_editing(built, module: str) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """The dry run's job counts and wildcards per rule after a comment is added to leanlm/<module>; the edit
+    is undone afterwards, and then nothing is to be done again."""
+    root, _ = built
+    path = root / "workflow" / "leanlm" / module
+    original = path.read_text()
+    path.write_text(original + "\n# an edit that changes the file's content, not what it does\n")
+    try:
+        out = snakemake(built, "-n")
+        jobs = _job_counts(out)
+        wildcards = {rule: _job_wildcards(out, rule) for rule in jobs}
+    finally:
+        path.write_text(original)
+    assert planned_jobs(built) == {}
+    return jobs, wildcards
+
+
+def test_changed_runner_reruns_its_finetuning_and_no_pretraining(built):
+    jobs, wildcards = _planned_after_editing(built, "runners/span_qa.py")
+    # SQuAD's runner: the squad family of each encoder run, then aggregation and what is rendered from it
+    assert "pretrain" not in jobs and jobs.pop("finetune") == 3, jobs
+    assert {w.split("family=")[1] for w in wildcards["finetune"]} == {"squad"}, wildcards["finetune"]
+    assert set(jobs) <= {"aggregate", "render_table", "render_figure", "pdf", "all"}, jobs
+
+
+def test_changed_chapter_renderer_reruns_only_that_chapters_tables(built):
+    jobs, wildcards = _planned_after_editing(built, "reporting/ch3/tasks.py")  # Tables 3.5-3.10
+    assert set(jobs) <= {"render_table", "pdf", "all"} and jobs["render_table"] >= 2, jobs
+    tables = {w.split("table=")[1] for w in wildcards["render_table"]}
+    assert tables <= {f"table_3_{i}" for i in range(5, 11)}, tables
+    # ch. 2's tables module: here (a ch. 3 profile) only its hyperparameter Tables 2.4 and 2.5 are built
+    jobs, wildcards = _planned_after_editing(built, "reporting/ch2/tables.py")
+    assert set(jobs) <= {"params_table", "pdf", "all"}, jobs
+    assert {w.split("table=")[1] for w in wildcards["params_table"]} == {"table_2_4", "table_2_5"}
 
 
 def test_bad_profile_fails_before_any_job(project, tmp_path):

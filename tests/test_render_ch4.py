@@ -85,7 +85,7 @@ def ch4_config() -> dict:
 
 
 def _config_of(run) -> str:
-    from leanlm.reporting.ch4_records import configuration
+    from leanlm.reporting.ch4.records import configuration
 
     c = configuration(run)
     return c if c in ("uniform", "hybrid", "skip") else "uniform"
@@ -130,7 +130,7 @@ def _layer(scale: float, layer: int) -> tuple[dict, dict]:
 
 
 def analysis_record(run, seed: int) -> dict:
-    """analysis.json as leanlm.training.ch4_analysis writes it (a results JSON; details in results[0])."""
+    """analysis.json as leanlm.runners.analysis writes it (a results JSON; details in results[0])."""
     from leanlm.evaluation.attention_analysis import LOGIT_EDGES
     from leanlm.modeling.layouts import SIMPLE, layer_kinds
 
@@ -291,7 +291,7 @@ def test_table_4_4_context_lengths(rendered):
 
 def test_baselines_from_local_task_files(project):
     """Without baselines/lm_eval.json, the rows come from the stand-ins' own data (data/<p>/tasks/lm_eval/)."""
-    from leanlm.reporting.ch4_records import baseline_scores
+    from leanlm.reporting.ch4.records import baseline_scores
 
     root, config = project
     (root / "results" / "smoke" / "baselines" / "lm_eval.json").unlink()
@@ -353,7 +353,7 @@ def test_read_analysis_of_a_real_attention_profile(scratch_root):
     from leanlm.evaluation.attention_analysis import LOGIT_EDGES, attention_profile
     from leanlm.modeling.models import build_model
     from leanlm.modeling.qwen_sizes import qwen_config
-    from leanlm.reporting.ch4_records import read_analysis
+    from leanlm.reporting.ch4.records import read_analysis
 
     config = qwen_config("70M", "mlp", "hybrid", vocab_size=64, n_layers=4, d_model=32, n_heads=2, head_dim=16,
                          n_kv_heads=2, d_ff=64, max_position=32)
@@ -382,7 +382,7 @@ def test_missing_analysis_is_a_clear_error(project):
 # --------------------------------------------------------------------------- analytic and params tables
 def test_table_4_10_counts_equal_across_variants_within_tolerance():
     from leanlm.modeling.qwen_sizes import MLP_TOLERANCE_PER_LAYER
-    from leanlm.reporting.analytic_ch4 import check_counts, table_4_10_frame
+    from leanlm.reporting.ch4.analytic import check_counts, table_4_10_frame
 
     frame = table_4_10_frame().set_index("size")
     assert list(frame.index) == ["70M", "160M", "500M", "1.7B"]
@@ -399,7 +399,7 @@ def test_table_4_10_counts_equal_across_variants_within_tolerance():
 
 
 def test_formula_tables_render(scratch_root):
-    from leanlm.reporting.analytic_ch4 import formula_table
+    from leanlm.reporting.ch4.analytic import formula_table
 
     size = {"B": 1, "L": 16, "d": 32, "h": 2}
     tex_path, csv_path = formula_table("smoke", "table_4_8", size)

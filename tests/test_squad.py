@@ -201,7 +201,7 @@ def _decode(row: dict, features, f: int) -> str:
 
 @pytest.mark.parametrize("answer", ["wooden bridge", "village school", "a famous garden", "Our neighbour painted"])
 def test_labels_decode_to_the_answer_in_every_window_that_holds_it(tokenizer, answer):
-    from leanlm.training.span_qa import prepare_features
+    from leanlm.runners.span_qa import prepare_features
 
     row = {"context": LONG_CONTEXT, "question": "Which place did someone visit?",
            "answers": {"text": [answer], "answer_start": [LONG_CONTEXT.index(answer)]}}
@@ -229,7 +229,7 @@ def test_labels_decode_to_the_answer_in_every_window_that_holds_it(tokenizer, an
 
 
 def test_unanswerable_rows_are_labelled_cls_and_bad_stride_is_refused(tokenizer):
-    from leanlm.training.span_qa import prepare_features, span_options
+    from leanlm.runners.span_qa import prepare_features, span_options
 
     row = {"context": LONG_CONTEXT, "question": "Who built the tower?", "answers": {"text": [], "answer_start": []}}
     features = prepare_features(tokenizer, [row], max_seq_len=40, doc_stride=10)
@@ -239,7 +239,7 @@ def test_unanswerable_rows_are_labelled_cls_and_bad_stride_is_refused(tokenizer)
 
 
 def test_post_processing_picks_the_best_valid_span():
-    from leanlm.training.span_qa import SpanFeatures, predict_answers
+    from leanlm.runners.span_qa import SpanFeatures, predict_answers
 
     context = "alpha beta gamma delta epsilon zeta"
     words = [(context.index(w), context.index(w) + len(w)) for w in context.split()]
@@ -342,14 +342,13 @@ def test_tiny_end_to_end_runner(project, monkeypatch, tokenizer):
     from leanlm.modeling.checkpoint import save_checkpoint
     from leanlm.modeling.config import ModelConfig
     from leanlm.modeling.heads import BertForMLM
-    from leanlm.training.finetune import TASK_RUNNERS, import_runner_modules
+    from leanlm.training.finetune import TASK_RUNNERS
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
     config = ModelConfig(vocab_size=tokenizer.get_vocab_size(), n_layers=1, d_model=32, n_heads=2, head_dim=16,
                          d_ff=64, max_position=64, type_vocab_size=2)
     torch.manual_seed(0)
     save_checkpoint(BertForMLM(config), config, project["root"] / "models" / "smoke" / "tiny-run")
-    import_runner_modules()
     runner = TASK_RUNNERS.get("span_qa")()
     for task in ("squad_v1", "squad_v2"):
         result = runner(project["config"], "tiny-run", "squad", task, 0, tokenizer)

@@ -216,7 +216,7 @@ def _synthetic_documents(n_docs: int = 120) -> list[tuple[str, list[str]]]:
 
 @pytest.fixture(scope="module")
 def synthetic_sources() -> StandInSources:
-    import leanlm.data.superglue  # noqa: F401  (registers the builders)
+    import leanlm.data.superglue_standins  # noqa: F401  (registers the builders)
 
     src = StandInSources(Path("/nonexistent"))
     src.__dict__["prose_documents"] = _synthetic_documents()  # what the cached_property would hold
@@ -294,7 +294,7 @@ REAL_RAW = paths.data_dir("smoke") / "raw"
 @pytest.mark.skipif(not (REAL_RAW / "MANIFEST.json").is_file(), reason="the packaged raw files are not fetched here")
 def test_real_packaged_text_gives_enough_rows_and_real_priors():
     # The real prose, where the stand-ins must give enough rows in every split and the real priors.
-    import leanlm.data.superglue  # noqa: F401
+    import leanlm.data.superglue_standins  # noqa: F401  (registers the builders)
 
     src = StandInSources(REAL_RAW)
     src.__dict__["prose_documents"] = src.prose_documents[::4]  # a quarter of the documents: fast enough
@@ -372,7 +372,7 @@ def test_multiple_choice_model_takes_over_the_pretrained_encoder(scratch_root):
 
 
 def test_copa_runner_end_to_end(scratch_root):
-    from leanlm.training.finetune import TASK_RUNNERS, import_runner_modules
+    from leanlm.training.finetune import TASK_RUNNERS
 
     rng = random.Random(0)
     things = ["kettle", "window", "garden", "letter", "engine", "candle", "bridge", "basket"]
@@ -389,7 +389,6 @@ def test_copa_runner_end_to_end(scratch_root):
     _write_task("copa", rows)
     tokenizer = _tokenizer([f"the {t} broke so the {t} was fixed what happened as a result" for t in things])
     _pretrained(scratch_root, tokenizer, "tiny")
-    import_runner_modules()
     runner = TASK_RUNNERS.get("multiple_choice")()
     config = {"profile": "smoke", "finetune": {"superglue": SETTINGS}}
     result = runner(config, "tiny", "superglue", "copa", 0, tokenizer)
@@ -423,7 +422,7 @@ def test_multirc_through_the_classification_runner_reports_group_em(scratch_root
 
 
 def test_collate_choices_pads_to_batch_choice_length():
-    from leanlm.training.multiple_choice import collate_choices
+    from leanlm.runners.multiple_choice import collate_choices
 
     batch = collate_choices([[([2, 5, 3], [0, 0, 0]), ([2, 6, 7, 3], [0, 0, 1, 1])],
                              [([2, 3], [0, 0]), ([2, 8, 3], [0, 1, 1])]], pad_id=0)

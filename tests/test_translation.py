@@ -235,7 +235,7 @@ GERMAN = ["Bitte eine gültige Uhrzeit eingeben.", "Dieses Feld darf nicht leer 
 
 
 def test_bpe_is_deterministic_and_decodes_losslessly():
-    from leanlm.training.translation import SPECIAL_TOKENS, decode_ids, encode_texts, train_bpe
+    from leanlm.objectives.translation import SPECIAL_TOKENS, decode_ids, encode_texts, train_bpe
 
     texts = lambda: iter(GERMAN * 3 + ["Enter a valid time.", "This field cannot be blank."] * 3)  # noqa: E731
     a, b = train_bpe(texts, 120), train_bpe(texts, 120)
@@ -246,7 +246,7 @@ def test_bpe_is_deterministic_and_decodes_losslessly():
 
 
 def test_encode_pairs_adds_eos_and_skips_long_pairs():
-    from leanlm.training.translation import encode_pairs, encode_texts, train_bpe
+    from leanlm.objectives.translation import encode_pairs, encode_texts, train_bpe
 
     tokenizer = train_bpe(lambda: iter(GERMAN * 3), 100)
     rows = [{"source": GERMAN[1], "target": GERMAN[0]}, {"source": " ".join([GERMAN[2]] * 20), "target": GERMAN[0]}]
@@ -258,7 +258,7 @@ def test_encode_pairs_adds_eos_and_skips_long_pairs():
 
 
 def test_collate_and_batches():
-    from leanlm.training.translation import TranslationBatches, collate_pairs
+    from leanlm.objectives.translation import TranslationBatches, collate_pairs
 
     batch = collate_pairs([([5, 6, 3], [7, 8]), ([9, 3], [10])])
     assert batch["input_ids"].tolist() == [[5, 6, 3], [9, 3, 0]]
@@ -293,8 +293,8 @@ def _tiny_task(root) -> None:
 
 def test_tiny_train_and_translate(scratch_root):
     from leanlm.runs import Run
-    from leanlm.training.finetune import TASK_RUNNERS, import_runner_modules
-    from leanlm.training.pretrain import OBJECTIVES, _import_objectives
+    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.training.pretrain import OBJECTIVES
 
     _tiny_task(scratch_root)
     size = dict(n_layers=1, n_decoder_layers=1, d_model=32, n_heads=4, head_dim=8, d_ff=64, max_position=32,
@@ -311,7 +311,6 @@ def test_tiny_train_and_translate(scratch_root):
     }
     run = Run("ch3_encdec", "mhe_mul", "transformer", "translation", ("translation",),
               {"backbone": "transformer", "attention": "mhe_mul", **size}, size="transformer", tokenizer="bpe")
-    _import_objectives()
     record = OBJECTIVES.get("translation")().run(config, run)
     model_dir = scratch_root / "models" / "tiny" / run.run_id
     assert {"tokenizer.json", "model.safetensors", "config.json"} <= {p.name for p in model_dir.iterdir()}
@@ -322,7 +321,6 @@ def test_tiny_train_and_translate(scratch_root):
     assert history[-1] < history[0]  # it learns
     assert math.isfinite(record["validation"]["translation_loss"])
 
-    import_runner_modules()
     runner = TASK_RUNNERS.get("seq2seq")()
     assert runner.seeded is False
     result = runner(config, run.run_id, "translation", "wmt14", 0, None)

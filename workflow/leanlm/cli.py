@@ -84,7 +84,7 @@ def cmd_pdf(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from leanlm.bench import format_report, run_bench
+    from leanlm.benchmarks.pretraining import format_report, run_bench
 
     report = run_bench(
         size=args.size,

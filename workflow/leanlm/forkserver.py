@@ -176,8 +176,9 @@ def _run_child(conn: socket.socket, request: dict, fds: list[int], added: dict[s
         os._exit(143)
 
     threading.Thread(target=watch_client, daemon=True).start()
-    from leanlm.cli import main
+    from leanlm.registry import resolve
 
+    main = resolve("leanlm.cli:main", "the leanlm command")  # by dotted path: leanlm.cli imports this module
     try:
         code = main(request["argv"])
     except SystemExit as exc:  # argparse's --help and usage errors

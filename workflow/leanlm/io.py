@@ -13,6 +13,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -138,3 +139,22 @@ def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = 
             return True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def staged_dir(final: Path) -> Iterator[Path]:
+    """Yield an empty hidden folder beside ``final``; on success it replaces ``final`` as a whole."""
+    final = Path(final)
+    tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,18 +1,28 @@
 """What produced a result: a content hash of the code, and the hardware it ran on.
 
-Snakemake does not track imported modules, so rules carry ``code_version(...)`` of the subpackages
-they depend on in their ``params``: editing a model file reruns pretraining; editing a table
-template or the reporting code does not. Content hashes (not file times) so a fresh ``git clone``
-or ``dvc checkout`` does not look like a change.
+Snakemake does not track imported modules, so rules carry a hash of the code their job runs in their
+``params``. :func:`code_of` hashes exactly that: the modules a job runs (its stage's core module and the
+plug-in its run names by dotted path: objective, runner, table renderer) and every leanlm module they
+import, read statically from the sources (:func:`import_closure`). So editing one fine-tuning runner
+reruns only the fine-tuning jobs that use it, and editing a chapter-2 renderer only chapter 2's tables.
+:func:`code_version` hashes whole subpackages (the data stages, which DVC tracks by folder too).
+Content hashes (not file times) so a fresh ``git clone`` or ``dvc checkout`` does not look like a change.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import platform
+import re
+from functools import lru_cache
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE = PACKAGE_DIR.name
+# A string constant naming a leanlm module ("leanlm.evaluation.squad", "leanlm.cli:main"): modules loaded
+# by name (a registry's module list, a dotted path) are dependencies as much as imported ones.
+_DOTTED = re.compile(rf"^{PACKAGE}(\.\w+)*(:\w+)?$")
 
 
 def code_version(*subpackages: str) -> str:
@@ -24,6 +34,78 @@ def code_version(*subpackages: str) -> str:
         for path in files:
             digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
             digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _module_file(module: str) -> Path | None:
+    """The source file of leanlm module ``module`` (a package's ``__init__.py``), None if there is none."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = PACKAGE_DIR.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _nearest_module(name: str) -> str | None:
+    """``name`` or its longest prefix that is a leanlm module (``leanlm.io.write_json`` -> ``leanlm.io``)."""
+    while name and _module_file(name) is None:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+@lru_cache(maxsize=None)
+def _direct_imports(module: str, mtime_ns: int) -> frozenset[str]:
+    """The leanlm modules ``module``'s source imports anywhere (top level or inside functions) or names in
+    a string constant, and the packages above it (importing a module runs their ``__init__``)."""
+    path = _module_file(module)
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, up level - 1
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join(package + ([node.module] if node.module else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # submodules imported by name
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.match(node.value):
+            found.add(node.value.partition(":")[0])
+    parts = module.split(".")
+    found.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    resolved = {_nearest_module(name) for name in found}
+    return frozenset(m for m in resolved if m and m != module)
+
+
+def import_closure(*modules: str) -> list[Path]:
+    """Source files of the leanlm ``modules`` (dotted names; ``"module:attr"`` is read as its module) and of
+    every leanlm module they import, directly or not: the code a job that runs them can execute."""
+    todo = [m.partition(":")[0] for m in modules]
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        path = _module_file(module)
+        if path is None:
+            raise ValueError(f"code fingerprint: {module!r} is no module of {PACKAGE} ({PACKAGE_DIR})")
+        seen.add(module)
+        todo.extend(_direct_imports(module, path.stat().st_mtime_ns))
+    return sorted(_module_file(m) for m in seen)
+
+
+def code_of(*modules: str) -> str:
+    """SHA-256 (first 16 hex digits) over :func:`import_closure` of ``modules``: what one job runs."""
+    digest = hashlib.sha256()
+    for path in import_closure(*modules):
+        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -15,7 +15,8 @@ rule finetune:
         seeds=lambda w: finetune_seeds(CFG, RUNS[w.run_id], w.family),
         data=DATA_PARAMS,
         run=lambda w: {"evaluate_from": RUNS[w.run_id].evaluate_from, "skip": RUNS[w.run_id].skip_simple_layers},
-        code=code_version("modeling", "training", "evaluation", "data/tasks", "hashing"),
+        # the code this job runs: the fine-tuning stage and the runners of the family's tasks, with all they import
+        code=lambda w: finetune_code(w.family, finetune_settings(CFG, RUNS[w.run_id], w.family)["tasks"]),
     threads: 1
     resources:
         gpu=1 if PROFILE == "paper" else 0,

@@ -19,7 +19,8 @@ rule pretrain:
         # ch. 2 runs choose their objective, tokenizer (words, pieces, hash codebook) and hub checkpoint.
         inputs=lambda w: {k: getattr(RUNS[w.run_id], k) for k in ("objective", "tokenizer", "hub_checkpoint")},
         data=run_data_params,
-        code=code_version("modeling", "training", "data/tokenizer", "data/pretrain_data", "hashing"),
+        # the code this job runs: the pretraining stage and the run's objective, with all they import
+        code=lambda w: pretrain_code(RUNS[w.run_id]),
     threads: 1
     resources:
         gpu=1 if PROFILE == "paper" else 0,

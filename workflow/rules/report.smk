@@ -42,7 +42,7 @@ rule aggregate:
         f"results/{PROFILE}/all_runs.csv",
         lm_eval_baselines(),
     params:
-        code=code_version("reporting/aggregate"),
+        code=code_of("leanlm.reporting.aggregate"),
     shell:
         "leanlm aggregate {P}"
 
@@ -67,7 +67,8 @@ rule render_table:
         seeds=CFG["seeds"],
         tasks=lambda w: {f: s["tasks"] for f, s in CFG["finetune"].items()},
         scale=CFG["models"],
-        code=code_version("reporting"),
+        # the code this table runs: the rendering machinery and its renderer (tables.yaml), with their imports
+        code=lambda w: render_code(TABLES[w.table]),
     shell:
         "leanlm render {P} --table {wildcards.table}"
 
@@ -92,7 +93,7 @@ rule render_figure:
         },
         tasks=lambda w: {f: s["tasks"] for f, s in CFG["finetune"].items()},
         scale=CFG["models"],
-        code=code_version("reporting", "evaluation/indicators"),
+        code=lambda w: render_code(TABLES[w.table]),
     shell:
         "leanlm render {P} --table {wildcards.table}"
 
@@ -114,7 +115,7 @@ rule params_table:
         variants={k: CFG.get(k, {}) for k in ("pretrain_variants", "finetune_variants")},
         scale=CFG["models"],
         source=CFG["source"],
-        code=code_version("reporting"),
+        code=lambda w: render_code(TABLES[w.table]),
     shell:
         "leanlm render {P} --table {wildcards.table}"
 
@@ -125,7 +126,7 @@ rule hyperparameter_tables:
         params_tables(),
 
 
-ANALYTIC_PARAMS = dict(code=code_version("modeling", "reporting"))
+ANALYTIC_PARAMS = dict(code=lambda w: render_code(TABLES[w.item]))
 
 
 rule analytic_table:
@@ -168,6 +169,6 @@ rule pdf:
     output:
         f"paper_tables/{PROFILE}/tables.pdf",
     params:
-        code=code_version("reporting/latex"),
+        code=code_of("leanlm.reporting.latex"),
     shell:
         "leanlm pdf {P}"

@@ -51,7 +51,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from leanlm import paths
 from leanlm.data.sources import Document
 from leanlm.errors import ConfigError, DataError, LeanLMError
-from leanlm.io import sha256_file, write_json
+from leanlm.io import sha256_file, staged_dir, write_json
 
 log = logging.getLogger(__name__)
 
@@ -237,8 +237,6 @@ _STAGES = {"corpora": stage_corpora, "tokenizers": stage_tokenizers}
 
 def run_named_stage(stage: str, config: dict) -> Path:
     """Prepare every named corpus (``corpora``) or tokenizer (``tokenizers``) of the profile ``config``."""
-    from leanlm.data.stages import staged_dir
-
     if stage not in _STAGES:
         raise ConfigError(f"unknown named-data stage {stage!r}; stages: {', '.join(_STAGES)}")
     final = paths.data_dir(config["profile"]) / stage

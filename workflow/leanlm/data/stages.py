@@ -18,18 +18,16 @@ Pythia BPE) have two more stages, ``corpora`` and ``tokenizers`` (:mod:`leanlm.d
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
-import os
-import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
+from leanlm.io import staged_dir
 
 log = logging.getLogger(__name__)
 
@@ -45,25 +43,6 @@ def _get(config: dict, dotted: str) -> Any:
             raise ConfigError(f"{where}: key {dotted} is missing (see params/smoke.yaml for the expected shape)")
         node = node[key]
     return node
-
-
-@contextlib.contextmanager
-def staged_dir(final: Path) -> Iterator[Path]:
-    """Yield an empty hidden folder beside ``final``; on success it replaces ``final`` as a whole."""
-    final = Path(final)
-    tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = final.parent / f".{final.name}.old-{os.getpid()}"
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _raw_manifest(data: Path, source: str) -> dict:

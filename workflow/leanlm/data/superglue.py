@@ -3,7 +3,7 @@
 params/tasks/superglue.yaml says which rows each task becomes; the text templates that compose
 them (WiC's "<word>: <sentence2>", MultiRC's "<question> <answer>", COPA's question sentences,
 WSC's "Does <pronoun> refer to <noun>?") live here and are shared with the packaged stand-ins
-(:mod:`leanlm.data.superglue_standins`, imported below so its builders register), so both sources
+(:mod:`leanlm.data.superglue_standins`, listed in :data:`leanlm.data.task_sources.TASK_MODULES`), so both sources
 give the model the same input format.
 
 Schema mapping (:func:`map_superglue_rows`, :func:`superglue_task_splits`) is kept apart from
@@ -142,6 +142,3 @@ def load_superglue(spec: TaskSpec, profile: str):
 def load_superglue_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
     return superglue_task_splits(spec, load_superglue(spec, profile), seed)
 
-
-# The packaged stand-ins register into glue_standins.STANDINS on import.
-from leanlm.data import superglue_standins  # noqa: E402,F401

@@ -7,7 +7,7 @@
   schema mapping.
 
 :func:`import_task_modules` imports every family module so its registrations take effect; a
-module that does not exist yet is skipped (families are added one module at a time).
+module that does not exist fails loudly (a missed rename must not drop a family's stand-ins).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ HUB_TASK_LOADERS: Registry[HubLoader] = Registry("hub task family loader")
 TASK_MODULES = (
     "leanlm.data.glue_standins",
     "leanlm.data.superglue",
+    "leanlm.data.superglue_standins",
     "leanlm.data.squad",
     "leanlm.data.translation",
     "leanlm.data.lm_tasks",
@@ -40,8 +41,4 @@ def load_glue_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dic
 
 def import_task_modules() -> None:
     for module in TASK_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
+        importlib.import_module(module)

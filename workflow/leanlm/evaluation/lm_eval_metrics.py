@@ -1,6 +1,6 @@
 """lm-evaluation-harness's metric names in the project's metric registry (params/tasks/lm_eval.yaml).
 
-Ch. 4's scores are computed by lm-eval itself (leanlm.training.lm_eval_runner reads them from its
+Ch. 4's scores are computed by lm-eval itself (leanlm.runners.lm_eval reads them from its
 results); registering the names lets the task table declare them, validated like every other metric,
 and gives each the same definition lm-eval aggregates with, so the numbers can be recomputed from
 per-document scores:

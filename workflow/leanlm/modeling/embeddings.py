@@ -17,6 +17,8 @@ from torch import nn
 
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_embeddings import build_word_embedding
+# ProFormer, BERT-Hash and EELBERT build on HashEmbedding; their module registers them in EMBEDDINGS.
+from leanlm.modeling import projection_embeddings  # noqa: F401
 
 
 class BertEmbeddings(nn.Module):

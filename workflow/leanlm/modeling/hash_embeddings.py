@@ -30,7 +30,7 @@ Every hash variant takes ``special_tokens`` [5]: ids below it are the codebook's
 does not count; every other id is a regular token, and the HashFormers add one learned shared
 "regular token" vector to its hash embedding (DESIGN §8: the official code's sixth special row; with
 it the counts are exactly the thesis's 99.1K / 197.4K / 797.2K). ProFormer, BERT-Hash and EELBERT
-live in :mod:`leanlm.modeling.projection_embeddings`.
+live in :mod:`leanlm.modeling.projection_embeddings` (loaded with :mod:`leanlm.modeling.embeddings`).
 
 ``embedding_parameter_count()`` on each variant is Appendix 2.8's #Emb: the parameters that retrieve
 or generate token embeddings, special tokens and positions excluded.
@@ -311,6 +311,3 @@ class HashProjEmbedding(HashEmbedding):
         axes = axes / axes.norm(dim=-1, keepdim=True).clamp_min(self.eps)
         return torch.matmul(bits, axes.t())
 
-
-# ProFormer, BERT-Hash and EELBERT register themselves on import (they build on HashEmbedding).
-from leanlm.modeling import projection_embeddings  # noqa: E402,F401

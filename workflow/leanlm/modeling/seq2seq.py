@@ -12,7 +12,7 @@ sublayer (encoder self, decoder causal self, decoder cross) is ``config.attentio
 registry, so an MHE model differs from an MHA one only there, and counting finds all
 ``n_layers + 2 * n_decoder_layers`` sublayers (18 at BASE: Table 3.3's #params).
 
-Token ids follow the translation tokenizer (leanlm.training.translation): <pad>=0, <unk>=1, <s>=2
+Token ids follow the translation tokenizer (leanlm.objectives.translation): <pad>=0, <unk>=1, <s>=2
 (BOS, the decoder's first input), </s>=3 (EOS, ends source and target).
 
 Decoding (:meth:`TransformerForTranslation.generate`) is batched greedy or beam search with an

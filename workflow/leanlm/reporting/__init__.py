@@ -1,9 +1,11 @@
 """leanlm.reporting: aggregation, tables, figures.
 
-The chapters' tables, figures and analytic items register themselves in the registries of
-``render`` and ``analytic`` (those modules import them at their end). Importing both here first
-means any entry point (``import leanlm.reporting.render_ch2``, say) loads the registries before a
-chapter module asks for them, instead of meeting a half-initialised module in an import cycle.
-"""
+Shared machinery here: :mod:`.aggregate` (runs -> all_runs.csv), :mod:`.derived` (PRR, PEoP, ...),
+:mod:`.render` (tables: formatting, checks, writing .tex/.csv), :mod:`.analytic` (outputs that need no
+training), :mod:`.grid` and :mod:`.latex` (templates, the PDF), :mod:`.figures` (plot style),
+:mod:`.reported` (the thesis's printed numbers), :mod:`.params_tables` (hyperparameter tables).
 
-from leanlm.reporting import render, analytic  # noqa: F401  (order matters: see above)
+Each chapter's tables and figures live in its own folder, :mod:`.ch2`, :mod:`.ch3`, :mod:`.ch4`, and are
+named by dotted path in params/tables.yaml (``renderer:``). The machinery never imports a chapter; a
+chapter imports the machinery, never another chapter.
+"""

@@ -5,10 +5,10 @@ Every number here is counted from an attention module built at the given size (o
 thesis's printed values (params/reported/) are shown beside, so a wrong count is visible at once.
 These outputs are at the thesis's scale (BERT-base: 12 heads of 64) whatever the profile.
 
-Each item is a function registered in :data:`ANALYTIC` that writes its files and returns their
-paths; later chapters add their counting tables (2.2, 4.x) the same way. Chapter 3's further items
-(Figures 3.3 and 3.4, the GPT-3 projection, the thesis-scale parameter counts) live in
-:mod:`leanlm.reporting.analytic_ch3`, imported at the end of this module so they register.
+Each item is a function that writes its files and returns their paths, named by dotted path in
+params/tables.yaml (:data:`ANALYTIC`); the chapters' counting tables (2.2, 4.x) and chapter 3's further
+items (Figures 3.3 and 3.4, the GPT-3 projection, the thesis-scale parameter counts) live in their
+chapter's folder (:mod:`leanlm.reporting.ch3.analytic`, ...), which this module never imports.
 """
 
 from __future__ import annotations
@@ -26,15 +26,16 @@ from leanlm.errors import LeanLMError
 from leanlm.io import atomic_path
 from leanlm.modeling.attention import ATTENTION, build_attention
 from leanlm.modeling.counting import attention_block_memory, attention_formula, attention_parameters, qkv_parameters
-from leanlm.registry import Registry
+from leanlm.registry import DottedRegistry
 from leanlm.reporting import figures
 from leanlm.reporting.latex import Cell
-from leanlm.reporting.render import THESIS_SCALE, Table, column_cells, fmt_number, write_table
+from leanlm.reporting.render import THESIS_SCALE, Table, column_cells, fmt_number, renderers, write_table
 from leanlm.reporting.reported import load_reported, reported_row, thesis_label
 
 log = logging.getLogger(__name__)
 
-ANALYTIC: Registry[Callable[[str], list[Path]]] = Registry("analytic item")
+# Registered by dotted path in params/tables.yaml (kind analytic, ``renderer:``), imported only when written.
+ANALYTIC: DottedRegistry[Callable[[str], list[Path]]] = DottedRegistry("analytic item", lambda: renderers("analytic"))
 
 # Chapter 3's attention variants in the thesis's row order; a row appears once its variant is registered.
 CH3_VARIANTS = ["sha", "mha", "el_att", "mqa", "skv", "mhe_add", "mhe_mul"]
@@ -117,7 +118,6 @@ def table_3_4_frame(n: int = THESIS_SCALE["n_heads"], d: int = THESIS_SCALE["hea
     return pd.DataFrame(rows)
 
 
-@ANALYTIC.register("table_3_4")
 def table_3_4(profile: str) -> list[Path]:
     """Table 3.4 (formulas, and counts at BERT-base) as .tex and .csv."""
     n, d = THESIS_SCALE["n_heads"], THESIS_SCALE["head_dim"]
@@ -168,7 +168,6 @@ def table_3_13_frame(n: int = THESIS_SCALE["n_heads"], d: int = THESIS_SCALE["he
     return frame[ours + [c for c in frame.columns if c not in ours]]
 
 
-@ANALYTIC.register("table_3_13")
 def table_3_13(profile: str) -> list[Path]:
     """Table 3.13 (memory per attention block at BERT-base, beside the printed values) as .tex and .csv."""
     frame = table_3_13_frame()
@@ -200,7 +199,6 @@ def figure_3_1_frame(max_heads: int = 64, d: int = THESIS_SCALE["head_dim"]) -> 
     return pd.DataFrame(rows)
 
 
-@ANALYTIC.register("figure_3_1")
 def figure_3_1(profile: str) -> list[Path]:
     """Figure 3.1 as .pdf and .png, and the plotted values as .csv."""
     frame = figure_3_1_frame()
@@ -228,9 +226,3 @@ def main(profile: str, name: str | None = None) -> list[Path]:
     for item in names:
         written += ANALYTIC.get(item)(profile)
     return written
-
-
-# Chapter modules register their items in ANALYTIC (they import this module's helpers).
-from leanlm.reporting import analytic_ch3  # noqa: E402,F401
-from leanlm.reporting import analytic_ch2  # noqa: E402,F401  (ch. 2: Table 2.2 counts at BERT-base)
-from leanlm.reporting import analytic_ch4  # noqa: E402,F401  (ch. 4: Tables 4.5-4.8, 4.10)

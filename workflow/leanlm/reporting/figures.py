@@ -37,7 +37,7 @@ FIGURE_CAPTIONS: dict[str, str] = {
         "24 and 48 with 32 and 64 attention heads respectively (thesis Figure 3.4). The dimension of attention "
         "heads is fixed to 64; Q, K and V projections of all layers, counted from instantiated modules."
     ),
-    # Chapter 4 (drawn by leanlm.reporting.figures_ch4 and figures_ch4_runs from real runs).
+    # Chapter 4 (drawn by leanlm.reporting.ch4.figures and ch4.figures_runs from real runs).
     "figure_4_1": (
         "Layer-wise attention indicators for Approx., Non-apx., RndEmbQK, FixedSeqQK and StaticEmbQK in uniform "
         "(top) and hybrid (bottom) configurations, and Standard (thesis Figure 4.1), at up to four layers spread "

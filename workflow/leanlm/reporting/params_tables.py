@@ -17,7 +17,7 @@ from leanlm.data.tasks import get_task
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.reported import load_reported
-from leanlm.reporting.render import PARAMS_TABLES, Table, scale_note
+from leanlm.reporting.render import Table, scale_note
 
 # Pretraining objectives of chapter 3: printed column header and the model size whose dropout applies.
 OBJECTIVES = [("mlm", "MLM (encoders)", "bert"), ("causal_lm", "causal LM (decoders)", "gpt2"),
@@ -129,7 +129,6 @@ def hyperparameter_table(profile: str, config: dict, *, table: str, rows: list[R
     return Table(frame=pd.DataFrame(records), context=context)
 
 
-@PARAMS_TABLES.register("table_3_11")
 def table_3_11(profile: str, config: dict) -> Table:
     """Pretraining hyperparameters of the profile (Table 3.11) beside the thesis's."""
     columns = [(objective, header, config["pretrain"][objective], config["models"].get(size, {}),
@@ -142,7 +141,6 @@ def table_3_11(profile: str, config: dict) -> Table:
                                 caption=caption, thesis_align="l")
 
 
-@PARAMS_TABLES.register("table_3_12")
 def table_3_12(profile: str, config: dict) -> Table:
     """Fine-tuning hyperparameters of the profile (Table 3.12) beside the thesis's."""
     columns = [(family, header, config["finetune"][family], config["models"].get("bert", {}),

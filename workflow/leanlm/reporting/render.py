@@ -1,6 +1,6 @@
 """Table rendering: results -> paper_tables/<profile>/<name>.tex and <name>.csv.
 
-Each thesis table is one function registered in :data:`TABLES` plus a template: its own
+Each thesis table is one function (registered by dotted path: :data:`TABLES`) plus a template: its own
 workflow/templates/<name>.tex.j2, or the one its context names (``context["template"]``, most
 often the generic grid_table.tex.j2 of :mod:`leanlm.reporting.grid`; params/tables.yaml says the
 same under ``template:`` for Snakemake). The function reads the tidy results (results/<profile>/all_runs.csv),
@@ -11,7 +11,8 @@ CSV (full precision) and the context of the template (formatted cells: "mean (st
 
 Tables that need no results, only the profile's params (hyperparameter tables 3.11, 3.12), are
 registered in :data:`PARAMS_TABLES` and take ``(profile, config)``. The chapters' tables live in
-their own modules (render_ch3*, params_tables), imported at the end of this one so they register.
+their chapter's folder (:mod:`leanlm.reporting.ch2`, ``ch3``, ``ch4``) and are named by dotted path in
+params/tables.yaml (``renderer:``); this module never imports them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -27,7 +29,7 @@ import pandas as pd
 from leanlm import paths
 from leanlm.errors import LeanLMError
 from leanlm.io import atomic_path, write_text
-from leanlm.registry import Registry
+from leanlm.registry import DottedRegistry
 from leanlm.reporting.aggregate import load
 from leanlm.reporting.latex import Cell, render_template
 from leanlm.reporting.reported import order_key, thesis_label
@@ -45,11 +47,32 @@ class Table:
 
 
 TableFn = Callable[[str, dict, pd.DataFrame], Table]
+
+
+@lru_cache(maxsize=4)
+def _tables_yaml(path: str) -> dict:
+    from leanlm.io import load_yaml
+
+    return load_yaml(Path(path).read_text(encoding="utf-8"))
+
+
+def renderers(kind: str) -> dict[str, str]:
+    """params/tables.yaml's items of ``kind`` (results, params, analytic) -> their ``renderer`` dotted path."""
+    path = paths.params_dir() / "tables.yaml"
+    items = _tables_yaml(str(path))
+    missing = [name for name, spec in items.items() if "renderer" not in spec]
+    if missing:
+        raise LeanLMError(f"{path}: {', '.join(missing)} name no renderer (\"package.module:function\")")
+    return {name: spec["renderer"] for name, spec in items.items() if spec["kind"] == kind}
+
+
+# Registered by dotted path in params/tables.yaml (``renderer:``) and imported only when rendered: a
+# chapter's renderers live in leanlm/reporting/ch2, ch3, ch4, which import this module, never the reverse.
 # Also chapter 4's figures drawn from runs (tables.yaml kind results, outputs pdf/png/csv): they write
 # their own files and return the paths instead of a Table.
-TABLES: Registry[TableFn] = Registry("table")
+TABLES: DottedRegistry[TableFn] = DottedRegistry("table", lambda: renderers("results"))
 # Tables rendered from the params file alone (tables.yaml kind: params).
-PARAMS_TABLES: Registry[Callable[[str, dict], Table]] = Registry("params table")
+PARAMS_TABLES: DottedRegistry[Callable[[str, dict], Table]] = DottedRegistry("params table", lambda: renderers("params"))
 
 # The thesis's benchmark scale (§3.4.3): the 12-layer BERT-base with 12 heads of 64.
 THESIS_SCALE = {"n_layers": 12, "n_heads": 12, "head_dim": 64}
@@ -102,10 +125,23 @@ def column_cells(texts: Sequence[str], values: Sequence, higher_is_better: bool,
 
 
 # ----------------------------------------------------------------------------- shared checks
+@lru_cache(maxsize=4)
+def _paper_config(params_file: str) -> dict:
+    from leanlm.config import load_config
+
+    return load_config(params_file)
+
+
+def paper_config() -> dict:
+    """The validated paper profile (params/paper.yaml of the project root)."""
+    path = paths.params_dir() / "paper.yaml"
+    if not path.is_file():
+        raise LeanLMError(f"{path} does not exist: the thesis-scale parameter counts are taken from it")
+    return _paper_config(str(path))
+
+
 def _at_thesis_scale(backbone: str, model: dict) -> bool:
     """Whether ``model`` has the sizes of the paper profile's model of that name (the thesis's own)."""
-    from leanlm.reporting.ch3_counts import paper_config  # late: it imports this module
-
     try:
         paper = paper_config()["models"].get(backbone)
     except LeanLMError:
@@ -208,10 +244,3 @@ def main(profile: str, name: str) -> list[Path]:
 
     config = load_config(paths.params_dir() / f"{profile}.yaml")
     return render_table(profile, name, config)
-
-
-# The chapters' tables register themselves in TABLES / PARAMS_TABLES (they import the helpers above).
-from leanlm.reporting import params_tables, render_ch3, render_ch3_scaling, render_ch3_tasks  # noqa: E402,F401
-from leanlm.reporting import render_ch2  # noqa: E402,F401  (ch. 2: Tables 2.1-2.6, the side-by-side table)
-from leanlm.reporting import params_tables_ch4, render_ch4  # noqa: E402,F401  (ch. 4: Tables 4.1-4.4, 4.9, 4.11)
-from leanlm.reporting import figures_ch4, figures_ch4_runs  # noqa: E402,F401  (ch. 4: Figures 4.1-4.8)

@@ -26,7 +26,9 @@ from leanlm.evaluation.superglue_metrics import attach_groups
 from leanlm.io import read_jsonl, write_json
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.provenance import hardware
-from leanlm.registry import Registry
+# The folder leanlm/runners is the registry: runner <name> (an input shape, or a family that owns its runner)
+# is class ``Runner`` of leanlm.runners.<name>, imported when a job asks for it.
+from leanlm.plugins import TASK_RUNNERS, runner_name
 from leanlm.runs import finetune_seeds, finetune_settings, get_run
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
@@ -136,13 +138,6 @@ class TaskRunner(abc.ABC):
         """Fine-tune (or evaluate) and score one (task, seed): the per-task result described above."""
 
 
-TASK_RUNNERS: Registry[type[TaskRunner]] = Registry("task runner (input shape)")
-# Runners of other input shapes live beside their task code and register on import.
-RUNNER_MODULES = ("leanlm.training.multiple_choice", "leanlm.training.span_qa",
-                  "leanlm.training.translation", "leanlm.training.perplexity",
-                  "leanlm.training.lm_eval_runner", "leanlm.training.ch4_analysis")
-
-
 def task_record(task: str, seed: int, spec, metrics: dict, test_metrics: dict, summary: dict,
                 train_config: TrainConfig, train_examples: int, validation_examples: int, started: float,
                 **extra) -> dict:
@@ -165,19 +160,6 @@ def task_record(task: str, seed: int, spec, metrics: dict, test_metrics: dict, s
     }
 
 
-def import_runner_modules() -> None:
-    import importlib
-
-    for module in RUNNER_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
-
-
-@TASK_RUNNERS.register("single")
-@TASK_RUNNERS.register("pair")
 class TextClassificationRunner(TaskRunner):
     """GLUE-style single-text / text-pair classification and regression."""
 
@@ -252,10 +234,9 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     tokenizer = finetuning_tokenizer(config, run)
     settings, seeds = finetune_settings(config, run, family), finetune_seeds(config, run, family)
     results = []
-    import_runner_modules()
     for task in settings["tasks"]:
         # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
-        runner = TASK_RUNNERS.get(family if family in TASK_RUNNERS else get_task(task).input_shape)()
+        runner = TASK_RUNNERS.get(runner_name(family, task))()
         for seed in seeds if runner.seeded else seeds[:1]:
             result = runner(config, run_id, family, task, seed, tokenizer)
             log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])

@@ -28,7 +28,6 @@ hash embedding beyond the special rows).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -42,19 +41,12 @@ from leanlm.hashing.codebook import HashCodebook
 from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
+from leanlm.training.encoding import Encoding, assemble
+from leanlm.training.hash_tokenizers import HASH_TOKENIZERS, check_run_tokenizer, uses_codebook
 
-HASH_TOKENIZERS = ("hash", "hash_subword")
 CODEBOOK_DIR = "codebook"
 
 Features = Callable[[torch.Tensor], dict]
-
-
-@dataclass
-class Encoding:
-    """What the pipeline reads of a ``tokenizers.Encoding``."""
-
-    ids: list[int]
-    type_ids: list[int] = field(default_factory=list)
 
 
 class CodebookTokenizer:
@@ -104,49 +96,9 @@ class CodebookTokenizer:
         return assemble(a, b, index["[CLS]"], index["[SEP]"], self.max_length, special)
 
 
-def assemble(a: list[int], b: list[int] | None, cls_id: int, sep_id: int, max_length: int | None,
-             special: bool = True) -> Encoding:
-    """``[CLS] a [SEP] (b [SEP])`` with type ids, cut to ``max_length`` ids longest-first."""
-    if max_length is not None:
-        budget = max_length - (special * (2 if b is None else 3))
-        if budget < 0:
-            raise ConfigError(f"max length {max_length} leaves no room for the special tokens")
-        if b is None:
-            a = a[:budget]
-        elif len(a) + len(b) > budget:
-            short_a = len(a) <= len(b)
-            keep_short = min(len(a) if short_a else len(b), budget // 2)
-            keep_long = budget - keep_short
-            a, b = (a[:keep_short], b[:keep_long]) if short_a else (a[:keep_long], b[:keep_short])
-    if not special:
-        return Encoding(a + (b or []), [0] * len(a) + [1] * len(b or []))
-    ids = [cls_id, *a, sep_id]
-    types = [0] * len(ids)
-    if b is not None:
-        ids += [*b, sep_id]
-        types += [1] * (len(b) + 1)
-    return Encoding(ids, types)
-
-
 # ---------------------------------------------------------------------------------------- codebooks
 def _model_config(run) -> ModelConfig:
     return ModelConfig.from_dict({**run.model, "vocab_size": 1}, where=f"run {run.run_id}")
-
-
-def uses_codebook(run) -> bool:
-    return run.tokenizer in HASH_TOKENIZERS
-
-
-def check_run_tokenizer(run, config: ModelConfig) -> None:
-    """A hash embedding needs a hash tokenizer and a hash tokenizer a hash embedding (ConfigError)."""
-    hashed = bool(embedding_features(config))
-    if hashed and not uses_codebook(run):
-        raise ConfigError(f"run {run.run_id}: embedding {config.embedding!r} reads hash features, so its "
-                          f"tokenizer must be one of {HASH_TOKENIZERS}, not {run.tokenizer!r}")
-    if uses_codebook(run) and not hashed:
-        raise ConfigError(f"run {run.run_id}: tokenizer {run.tokenizer!r} makes codebook rows, which "
-                          f"embedding {config.embedding!r} cannot read; use a hash embedding or "
-                          f"tokenizer: profile")
 
 
 class PieceCodebookTokenizer(CodebookTokenizer):

@@ -1,8 +1,8 @@
-"""The ``hub`` pretraining objective: an off-the-shelf pretrained checkpoint (CANINE-C, ch. 2).
+"""Off-the-shelf pretrained checkpoints (CANINE-C, ch. 2): loading them, and encoding text as CANINE does.
 
 The thesis fine-tunes "the off-the-shelf CANINE-C from https://huggingface.co/google/canine-c"
 (§2.4.1, footnote 6). Its run (``objective: hub``, ``hub_checkpoint: google/canine-c``,
-``requires_hub``: see :func:`leanlm.runs.absent_runs`) has a pretrain job that loads the checkpoint
+``requires_hub``: see :func:`leanlm.runs.absent_runs`) has a pretrain job (:mod:`leanlm.objectives.hub`) that loads the checkpoint
 through ``transformers`` and saves it in the run's model directory (Hugging Face layout:
 ``config.json`` + ``model.safetensors``, the pretrain rule's outputs), and a pretrain.json with no
 pretraining time. Fine-tuning then runs through the ordinary GLUE runner:
@@ -23,19 +23,13 @@ the tests' tiny random CANINE); then the hub is not contacted.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from torch import nn
 
-from leanlm import paths
-from leanlm.errors import ConfigError, DataError, TrainingError
-from leanlm.io import write_json
-from leanlm.modeling.checkpoint import CONFIG_NAME, FORMAT, WEIGHTS_NAME, load_model
-from leanlm.modeling.counting import total_parameters
-from leanlm.provenance import hardware
-from leanlm.training.hash_inputs import Encoding, assemble
-from leanlm.training.pretrain import OBJECTIVES, PretrainObjective, record_head
+from leanlm.errors import TrainingError
+from leanlm.modeling.checkpoint import CONFIG_NAME, FORMAT, load_model
+from leanlm.training.encoding import Encoding, assemble
 
 CLS, SEP, MASK, PAD = 0xE000, 0xE001, 0xE003, 0
 CHARS_PER_TOKEN = 4
@@ -108,44 +102,3 @@ def load_pretrained_model(directory: str | os.PathLike) -> nn.Module:
 def hash_embedding_parameters(model: nn.Module) -> int:
     """CANINE's hash embeddings (Appendix 2.8: buckets x d; the code-point embedders), else 0."""
     return sum(p.numel() for name, p in model.named_parameters() if "HashBucketCodepointEmbedder" in name)
-
-
-@OBJECTIVES.register("hub")
-class HubCheckpoint(PretrainObjective):
-    """Save the run's ``hub_checkpoint`` as its pretrained model (no training here)."""
-
-    def run(self, config: dict, run) -> dict:
-        if not run.hub_checkpoint:
-            raise ConfigError(f"{config['_params_file']}: run {run.run_id} has objective hub but no "
-                              f"hub_checkpoint (e.g. google/canine-c)")
-        profile = config["profile"]
-        source = run.hub_checkpoint
-        if not Path(source).is_dir():
-            from leanlm.data.hub import ensure_hub_reachable
-
-            ensure_hub_reachable(f"checkpoint {source}", profile)
-        from transformers import AutoModel
-
-        try:
-            model = AutoModel.from_pretrained(source)
-        except Exception as err:  # transformers raises OSError/ValueError/HTTP errors
-            raise DataError(f"run {run.run_id}: could not load hub checkpoint {source!r}: {err}") from err
-        out_dir = paths.models_dir(profile) / run.run_id
-        out_dir.mkdir(parents=True, exist_ok=True)
-        # save_pretrained writes in place; write beside and move, weights first (as save_checkpoint).
-        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".hub-") as tmp:
-            model.save_pretrained(tmp, safe_serialization=True)
-            for name in (WEIGHTS_NAME, CONFIG_NAME):
-                os.replace(Path(tmp) / name, out_dir / name)
-        record = {
-            **record_head(config, run, model.config.to_dict(), {}, hub_checkpoint=source),
-            "summary": {"steps": 0, "pretrained": "hub"},
-            "history": [],
-            "validation": {},
-            "parameters": {"total": total_parameters(model), "attention": None, "embedding": None,
-                           "word_embedding": hash_embedding_parameters(model)},
-            "timing": {"seconds": 0.0, "seconds_per_sample": None},
-            "hardware": hardware(),
-        }
-        write_json(paths.results_dir(profile) / "runs" / run.run_id / "pretrain.json", record)
-        return record

@@ -1,10 +1,10 @@
 """``leanlm pretrain``: pretrain one model of the experiment matrix with its objective.
 
 Objectives are registered by name in :data:`OBJECTIVES` (the ``objective`` of an experiment and the
-``pretrain.<objective>`` block of a profile): ``mlm`` (BERT), ``causal_lm`` (GPT-2, Qwen) here;
-``shuffle_random`` (ch. 2) and ``translation`` (ch. 3's encoder-decoder, trained from scratch) in
-their own modules. An objective says which model head it trains, how it turns the packed corpus into
-batches, and how it scores the validation split.
+``pretrain.<objective>`` block of a profile), one file per objective in :mod:`leanlm.objectives`:
+``mlm`` (BERT), ``causal_lm`` (GPT-2, Qwen), ``shuffle_random`` (ch. 2), ``translation`` (ch. 3's
+encoder-decoder, trained from scratch), ``hub`` and ``none`` (ch. 2's CANINE-C and ProFormer). An objective says which
+model head it trains, how it turns the packed corpus into batches, and how it scores the validation split.
 
 Reads the run's corpus and tokenizer (the profile's, or the named ones its experiment's ``pretrain_data``
 picks and the profile defines: ch. 4's SlimPajama and Pythia BPE, :mod:`leanlm.data.pretrain_data`),
@@ -41,7 +41,8 @@ from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.modeling.models import build_model
-from leanlm.registry import Registry
+# The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>.
+from leanlm.plugins import OBJECTIVES
 from leanlm.provenance import hardware
 from leanlm.runs import get_run, pretrain_settings
 from leanlm.training.engine import TrainConfig, Trainer
@@ -89,7 +90,6 @@ class PackedTextObjective(PretrainObjective):
         return pretrain_packed(config, run, self)
 
 
-OBJECTIVES: Registry[PretrainObjective] = Registry("pretraining objective")
 
 
 def special_token_ids(tokenizer) -> list[int]:
@@ -142,26 +142,6 @@ class CausalLMBatches(PackedBatches):
 
     def masked(self, rows: torch.Tensor, generator) -> dict[str, torch.Tensor]:
         return {"input_ids": rows, "attention_mask": torch.ones_like(rows), "labels": rows.clone()}
-
-
-@OBJECTIVES.register("mlm")
-class MLMObjective(PackedTextObjective):
-    head = "mlm"
-    metric = "mlm"
-
-    def batches(self, settings, tokenizer, sequences, seed):
-        return MLMBatches(sequences, special_token_ids(tokenizer), special_token_id(tokenizer, "mask"),
-                          tokenizer.get_vocab_size(), settings["batch_size"], settings["grad_accum"],
-                          settings["mask_prob"], seed)
-
-
-@OBJECTIVES.register("causal_lm")
-class CausalLMObjective(PackedTextObjective):
-    head = "causal_lm"
-    metric = "lm"
-
-    def batches(self, settings, tokenizer, sequences, seed):
-        return CausalLMBatches(sequences, settings["batch_size"], settings["grad_accum"], seed)
 
 
 def uses_eos_packing(tokenizer) -> bool:
@@ -241,23 +221,9 @@ def parameter_counts(model) -> dict:
             "embedding": embedding_parameters(model), "word_embedding": word_embedding_parameters(model)}
 
 
-def _import_objectives() -> None:
-    """Objectives defined beside their models register themselves on import."""
-    import importlib
-
-    for module in ("leanlm.training.shuffle_random_objective", "leanlm.training.translation",
-                   "leanlm.training.from_scratch", "leanlm.training.hub_checkpoint"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
-
-
 def pretrain(config: dict, run_id: str) -> dict:
     """Pretrain (or, for translation, train) the run ``run_id`` with its experiment's objective."""
     run = get_run(config, run_id)
-    _import_objectives()
     try:
         objective = OBJECTIVES.get(run.objective)
     except ConfigError as err:

@@ -17,7 +17,7 @@ The block normalises its input once and calls ``mixer(h, ctx)`` with ``h`` (B, L
 - ``layer``: the 0-based index of the block.
 
 Each variant also carries its rows of Tables 4.5-4.8 (LaTeX and a function of B, L, d, h), so the
-tables are rendered from the classes and checked against measurements (reporting/ch4_formulas.py).
+tables are rendered from the classes and checked against measurements (reporting/ch4/formulas.py).
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ class ApproximateAttention(LinearAttentionMixer):
 
     # Tokens per chunk of the parallel form: the (C x C) pairwise part grows with C, the number
     # of chunk steps (small kernels) shrinks. On the 2-core CPU at d_h = 64, L = 8192
-    # (mixers/bench.py, docs/benchmarks.md) 128 was fastest in training (0.90-1.15x Standard; 64:
+    # (benchmarks/mixers.py, docs/benchmarks.md) 128 was fastest in training (0.90-1.15x Standard; 64:
     # 0.75-1.07x, 256: 0.95-1.03x) and inference (1.2x). Any value gives the same result.
     chunk_size = 128
 

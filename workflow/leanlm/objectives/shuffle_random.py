@@ -1,0 +1,65 @@
+"""The ``shuffle_random`` pretraining objective (ch. 2): HashFormers and BERT-S+R.
+
+Registered in :data:`leanlm.training.pretrain.OBJECTIVES`; the shared runner
+(:func:`~leanlm.training.pretrain.pretrain_packed`) packs the corpus with the run's tokenizer (the
+profile's subword tokenizer for BERT-S+R, a hash codebook of words or pieces for HashFormers: see
+:mod:`leanlm.training.hash_inputs`, which also adds the hash features to every batch) and trains the
+``shuffle_random`` head. The corruption is :func:`leanlm.training.shuffle_random.shuffle_random`:
+about ``shuffle_prob`` of the non-special tokens of a row permuted among themselves and
+``random_prob`` replaced by a uniformly drawn non-special token id (a codebook row for HashFormers),
+labels original / shuffled / random, special tokens ignored (DESIGN §8). Table 2.4's settings are the
+profile's ``pretrain.shuffle_random`` block.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from leanlm.errors import DataError
+from leanlm.training.pretrain import PackedBatches, PackedTextObjective, special_token_ids
+from leanlm.training.shuffle_random import shuffle_random
+
+
+class NonSpecialSampler:
+    """Uniform draws from the ids in ``[0, vocab_size)`` that are not special tokens."""
+
+    def __init__(self, vocab_size: int, special_ids: list[int]):
+        allowed = torch.ones(vocab_size, dtype=torch.bool)
+        allowed[[i for i in special_ids if 0 <= i < vocab_size]] = False
+        self.allowed = allowed.nonzero().squeeze(1)
+        if self.allowed.numel() == 0:
+            raise DataError(f"no token id in [0, {vocab_size}) is a regular token to draw replacements from")
+
+    def __call__(self, shape: tuple, generator: torch.Generator) -> torch.Tensor:
+        picks = torch.randint(len(self.allowed), shape, generator=generator, device=generator.device)
+        return self.allowed.to(picks.device)[picks]
+
+
+class ShuffleRandomBatches(PackedBatches):
+    """Shuffle+Random over packed sequences (random access, as MLMBatches)."""
+
+    def __init__(self, sequences: torch.Tensor, special_ids: list[int], vocab_size: int, batch_size: int,
+                 grad_accum: int, shuffle_prob: float, random_prob: float, seed: int):
+        super().__init__(sequences, batch_size, grad_accum, seed)
+        self.special = torch.tensor(sorted(special_ids), dtype=torch.long)
+        self.sampler = NonSpecialSampler(vocab_size, special_ids)
+        self.shuffle_prob, self.random_prob = shuffle_prob, random_prob
+
+    def masked(self, rows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        special_mask = torch.isin(rows, self.special)
+        inputs, labels = shuffle_random(rows, special_mask, generator, self.shuffle_prob, self.random_prob,
+                                        vocab_or_sampler=self.sampler)
+        return {"input_ids": inputs, "attention_mask": torch.ones_like(rows), "labels": labels}
+
+
+class ShuffleRandomObjective(PackedTextObjective):
+    head = "shuffle_random"
+    metric = "shuffle_random"
+
+    def batches(self, settings, tokenizer, sequences, seed):
+        return ShuffleRandomBatches(sequences, special_token_ids(tokenizer), tokenizer.get_vocab_size(),
+                                    settings["batch_size"], settings["grad_accum"],
+                                    settings.get("shuffle_prob", 0.1), settings.get("random_prob", 0.1), seed)
+
+
+Objective = ShuffleRandomObjective

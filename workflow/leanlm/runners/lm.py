@@ -1,0 +1,125 @@
+"""The ``lm`` task runner: test perplexity of a pretrained causal LM (Table 3.2's WIKITEXT-103 and
+PENN TREEBANK columns; Table 3.14).
+
+Nothing is trained: the pretrained decoder (checkpoint kind ``causal_lm``) reads the task's test split,
+the rows joined with blank lines in ``idx`` order (the reference recipe joins WikiText's lines with
+``"\\n\\n"``) and tokenised with the profile's tokenizer without special tokens, in sliding windows
+(:func:`leanlm.evaluation.perplexity.strided_perplexity`). The result does not depend on the seed, so
+it runs once per model (``seeded = False``).
+
+Settings, from the profile's ``finetune.<family>`` block (all optional):
+
+- ``stride``: window stride in tokens (default 256, §3.4.5);
+- ``max_length``: window length (default: the model's context, ``config.max_tokens``: 512 in §3.4.3);
+- ``batch_size``: windows per forward pass (default 8);
+- ``max_tokens``: evaluate only the first this many tokens of the stream (null: all of it; a cap
+  keeps the smoke profile fast).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from tokenizers import Tokenizer
+
+from leanlm import paths
+from leanlm.data.tasks import get_task
+from leanlm.errors import ConfigError, DataError, TrainingError
+from leanlm.evaluation.metrics import compute_all
+from leanlm.evaluation.perplexity import THESIS_STRIDE, strided_perplexity
+from leanlm.modeling.checkpoint import load_model
+from leanlm.training.finetune import TaskRunner, _load_split
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 8
+ROW_SEPARATOR = "\n\n"
+
+
+def _plain(tokenizer: Tokenizer) -> Tokenizer:
+    """The tokenizer itself, or a private copy without truncation/padding (which would cut the stream)."""
+    if tokenizer.truncation is None and tokenizer.padding is None:
+        return tokenizer
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    return copy
+
+
+def stream_token_ids(tokenizer: Tokenizer, rows: list[dict]) -> torch.Tensor:
+    """The token ids of the rows' texts, in ``idx`` order, joined with blank lines (no special tokens)."""
+    ordered = sorted(rows, key=lambda r: r["idx"])
+    text = ROW_SEPARATOR.join(r["text"] for r in ordered)
+    return torch.tensor(_plain(tokenizer).encode(text, add_special_tokens=False).ids, dtype=torch.long)
+
+
+def _setting(settings: dict, key: str, default, family: str) -> int:
+    value = settings.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"key finetune.{family}.{key} = {value!r} must be a positive integer")
+    return value
+
+
+class PerplexityRunner(TaskRunner):
+    """Test perplexity of the run's pretrained causal LM on one ``lm`` task (seed-independent)."""
+
+    seeded = False
+
+    def __call__(self, config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
+        profile, settings = config["profile"], config["finetune"][family]
+        spec = get_task(task)
+        checkpoint = paths.models_dir(profile) / run_id
+        try:
+            model = load_model(checkpoint, kind="causal_lm")
+        except (ConfigError, TrainingError) as err:
+            raise ConfigError(f"task {task} (family {family}) measures the perplexity of a causal LM, and the "
+                              f"model of run {run_id} at {checkpoint} cannot be loaded as one: {err}") from None
+        stride = _setting(settings, "stride", THESIS_STRIDE, family)
+        max_length = _setting(settings, "max_length", model.config.max_tokens, family)
+        if max_length > model.config.max_tokens:
+            raise ConfigError(f"key finetune.{family}.max_length = {max_length} exceeds the model's context of "
+                              f"{model.config.max_tokens} tokens (models.*.max_position); lower it or leave it null")
+        if stride > max_length:
+            raise ConfigError(f"key finetune.{family}.stride = {stride} exceeds the window of {max_length} tokens; "
+                              f"tokens between windows would never be scored")
+        batch_size = _setting(settings, "batch_size", DEFAULT_BATCH_SIZE, family)
+
+        rows = _load_split(profile, task, "test")
+        token_ids = stream_token_ids(tokenizer, rows)
+        stream_tokens = token_ids.numel()
+        max_tokens = _setting(settings, "max_tokens", None, family)
+        if max_tokens is not None:
+            token_ids = token_ids[:max_tokens]
+        if token_ids.numel() < 2:
+            raise DataError(f"task {task}: the test split tokenises to {token_ids.numel()} token(s); "
+                            f"rebuild the task set (`leanlm data tasks`)")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(device)
+        started = time.time()
+        result = strided_perplexity(model, token_ids, max_length=max_length, stride=stride, batch_size=batch_size)
+        metrics = compute_all(spec.metrics, result["window_nll"], result["window_tokens"])
+        log.info("%s %s: test perplexity %.3f over %d tokens (%d windows of %d, stride %d)", run_id, task,
+                 result["perplexity"], result["tokens"], result["windows"], max_length, stride)
+        return {
+            "task": task,
+            "seed": seed,
+            "split": "test",  # the thesis reports test-set perplexity (Table 3.2)
+            "metrics": metrics,
+            "primary_metric": spec.primary_metric,
+            "primary": metrics[spec.primary_metric],
+            "nll": result["nll"],
+            "tokens": result["tokens"],
+            "windows": result["windows"],
+            "max_length": max_length,
+            "stride": stride,
+            "test_rows": len(rows),
+            "stream_tokens": stream_tokens,  # before the max_tokens cap
+            "eval_seconds": time.time() - started,
+        }
+
+
+Runner = PerplexityRunner
