@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from leanlm import budget
-from leanlm.bench import flops_per_token
+from leanlm.benchmarks.pretraining import flops_per_token
 from leanlm.config import load_config
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig

@@ -104,7 +104,7 @@ def cmd_bench(args) -> None:
 
 def cmd_budget(args) -> None:
     from leanlm import budget as budget_mod
-    from leanlm.bench import PEAK_BF16_FLOPS, peak_flops
+    from leanlm.benchmarks.pretraining import PEAK_BF16_FLOPS, peak_flops
 
     peak = peak_flops(args.gpu)
     if peak is None:
