@@ -69,7 +69,7 @@ rule render_table:
         scale=CFG["models"],
         code=code_version("reporting"),
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table:q}"
 
 
 # Figures drawn from runs (ch. 4: indicators, logits, layouts, sizes, loss curves). Their per-run
@@ -94,7 +94,7 @@ rule render_figure:
         scale=CFG["models"],
         code=code_version("reporting", "evaluation/indicators"),
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table:q}"
 
 
 # Hyperparameter tables (3.11, 3.12): from the params file alone, so they never wait for training.
@@ -116,7 +116,7 @@ rule params_table:
         source=CFG["source"],
         code=code_version("reporting"),
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table:q}"
 
 
 # Target for the hyperparameter tables alone: `snakemake hyperparameter_tables`.
@@ -141,7 +141,7 @@ rule analytic_table:
     params:
         **ANALYTIC_PARAMS,
     shell:
-        "leanlm analytic {P} --item {wildcards.item}"
+        "leanlm analytic {P} --item {wildcards.item:q}"
 
 
 rule analytic_figure:
@@ -156,7 +156,7 @@ rule analytic_figure:
     params:
         **ANALYTIC_PARAMS,
     shell:
-        "leanlm analytic {P} --item {wildcards.item}"
+        "leanlm analytic {P} --item {wildcards.item:q}"
 
 
 rule pdf:
