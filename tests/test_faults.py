@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import yaml
 
-from leanlm.errors import ConfigError, DataError
+from leanlm.errors import DataError
 from params_files import edit_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +122,7 @@ def not_utf8_experiment(root):
 
 
 def bad_yaml(root):
-    line = _append(_smoke(root), b"profile: [unclosed\n")
+    _append(_smoke(root), b"profile: [unclosed\n")  # (libyaml marks the line where it gave up)
     return _smoke(root), ["smoke.yaml", "not valid YAML", "line"]
 
 
@@ -136,7 +136,8 @@ def warmup_beyond_variant_steps(root):
     doc = yaml.safe_load(_smoke(root).read_text())
     name = next(iter(doc["pretrain_variants"]))
     warmup = doc["pretrain"]["mlm"]["warmup_steps"]
-    edit_yaml(_smoke(root), lambda d: d["pretrain_variants"][name].update(steps=max(warmup - 1, 1), warmup_steps=warmup))
+    edit_yaml(_smoke(root),
+              lambda d: d["pretrain_variants"][name].update(steps=max(warmup - 1, 1), warmup_steps=warmup))
     return _smoke(root), ["smoke.yaml", f"pretrain_variants.{name}.warmup_steps", f"pretrain_variants.{name}.steps"]
 
 
@@ -285,7 +286,8 @@ def test_params_path_with_space_and_command_substitution_runs_quoted(tmp_path, m
 
 @pytest.mark.slow
 def test_command_substitution_in_configfile_never_runs(scratch_root):
-    """The issue's case: `--configfile '/tmp/x$(touch PWNED).yaml'` (refused at parse time: not params/<profile>.yaml)."""
+    """The issue's case, `--configfile '/tmp/x$(touch PWNED).yaml'`: refused while the Snakefile is parsed (it is
+    not params/<profile>.yaml), and the substitution never runs."""
     root = workflow_project(scratch_root)
     bad = root / "x$(touch PWNED).yaml"
     shutil.copy(_smoke(root), bad)

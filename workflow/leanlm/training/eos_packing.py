@@ -17,13 +17,13 @@ Two packings, both built once per (tokenizer, split file, separator) and read ba
 In both, empty documents add nothing and the tail that fills no row is dropped. :func:`token_stream`
 tokenises a split ``ENCODE_CHUNK`` documents at a time into ``<cache>/tokenized/<key>-<kind><id>.<kind>.<dtype>``
 (``kind`` eos or sep and the separator's id in the name, so the two streams of one split never collide;
-uint16 when the vocabulary fits: 2 bytes a token) plus a ``.json`` record of its length, and
+uint16 when the vocabulary fits: 2 bytes a token) plus a ``.json`` record of its length and SHA-256, and
 :class:`StreamRows` gathers the rows a batch needs. Written atomically (a killed job leaves no partial
 stream) and under an inter-process lock (:func:`leanlm.io.build_once`), so concurrent jobs on one split
 tokenise it once. The key (tokenizer and split hashes) is :mod:`leanlm.training.token_cache`'s. A
 stream whose size or SHA-256 disagrees with its record (truncated copy, killed between the two writes, bytes
-overwritten, a stream from before records held a checksum) is rebuilt, with a warning naming it, never trusted. Only tokenizers that key can fingerprint
-(:func:`streamable`) are streamed.
+overwritten, a stream from before records held a checksum) is rebuilt with a warning naming it, never
+trusted. Only tokenizers that key can fingerprint (:func:`streamable`) are streamed.
 """
 
 from __future__ import annotations
