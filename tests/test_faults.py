@@ -146,6 +146,11 @@ def seq_len_beyond_positions(root):
     return _smoke(root), ["smoke.yaml", "pretrain.mlm.seq_len", "models.bert.max_position"]
 
 
+def finetune_seq_len_beyond_positions(root):
+    edit_yaml(_smoke(root), lambda d: d["finetune"]["glue"].update(max_seq_len=2 * d["models"]["bert"]["max_position"]))
+    return _smoke(root), ["smoke.yaml", "finetune.glue.max_seq_len", "max_position"]
+
+
 def profile_not_in_dvc(root):
     other = root / "params" / "other.yaml"
     other.write_text(_smoke(root).read_text().replace("profile: smoke", "profile: other", 1))
@@ -173,7 +178,8 @@ def missing_params_file(root):
 
 BATTERY = [unknown_key, wrong_type, bad_value, unknown_experiment, duplicate_key, duplicate_nested_key,
            duplicate_experiment, not_utf8, not_utf8_experiment, bad_yaml, warmup_beyond_steps,
-           warmup_beyond_variant_steps, seq_len_beyond_positions, profile_not_in_dvc, copy_of_the_profile,
+           warmup_beyond_variant_steps, seq_len_beyond_positions, finetune_seq_len_beyond_positions,
+           profile_not_in_dvc, copy_of_the_profile,
            profile_outside_params, missing_params_file]
 
 

@@ -3,8 +3,8 @@
 Validation happens before any job runs (the Snakefile calls :func:`load_config` at parse time, and so
 does every ``leanlm`` subcommand): an unknown key, an unknown variant name or a wrong type fails with a
 message naming the file, the key and the allowed values; so do a key written twice or a byte that is not
-UTF-8 (with the line: :func:`leanlm.io.read_yaml`), a warm-up longer than training, a sequence longer than
-the model's positions, and a file other than params/<profile>.yaml (the file DVC's data stages read).
+UTF-8 (with the line: :func:`leanlm.io.read_yaml`), a warm-up longer than training, a pretraining or
+fine-tuning sequence longer than the model's positions, and a file other than params/<profile>.yaml (the file DVC's data stages read).
 
 The resolved config is the profile dict plus the keys the loader adds:
 
@@ -179,6 +179,22 @@ def _check_schedules(config: dict, path: Path, run: Run, model_config) -> None:
                           f"raise max_position")
 
 
+def _check_finetune_lengths(config: dict, path: Path, run: Run, model_config) -> None:
+    """A fine-tuning family's ``max_seq_len`` (its variant's, where the run picks one) fits the positions of
+    the model it fine-tunes: a longer one passes the schema and fails in every fine-tuning job of the run."""
+    for family in run.finetune:
+        length = finetune_settings(config, run, family).get("max_seq_len")
+        if length is None or length <= model_config.max_tokens:
+            continue
+        variant = run.finetune_variants.get(family)
+        key = (f"finetune_variants.{variant}.max_seq_len"
+               if variant and "max_seq_len" in config.get("finetune_variants", {}).get(variant, {})
+               else f"finetune.{family}.max_seq_len")
+        raise ConfigError(f"{path}: key {key} = {length} is longer than the {model_config.max_tokens} positions of "
+                          f"run {run.run_id}'s model (key models.{run.size}.max_position = "
+                          f"{model_config.max_position}); lower max_seq_len or raise max_position")
+
+
 def _check_combinations(config: dict, path: Path) -> None:
     """Cross-file checks the schema cannot express: names that must exist elsewhere."""
     from leanlm.modeling.config import known_attention_names
@@ -253,6 +269,8 @@ def _check_combinations(config: dict, path: Path) -> None:
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         _check_schedules(config, path, run, model_config)
+        if run.objective != "hub":  # a hub checkpoint brings its own positions
+            _check_finetune_lengths(config, path, run, model_config)
         if m["n_heads"] * m["head_dim"] != m["d_model"]:
             raise ConfigError(
                 f"{path}: run {run.run_id} has n_heads x head_dim = {m['n_heads']} x {m['head_dim']} != "
