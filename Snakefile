@@ -5,18 +5,20 @@
 #   snakemake --cores 1 analytic [--configfile ...]          # counting tables/figures only, seconds
 #   snakemake --profile workflow/profiles/slurm --configfile params/paper.yaml
 #
+# Snakemake itself loads profiles/default (all cores, greedy scheduler, printed commands) for every run here.
 # The profile file is validated (workflow/schemas/) before any job runs. Every rule runs a `leanlm`
 # command; every hyperparameter reaches a rule through `params:` (only the sub-dict it needs), so a
 # changed value reruns exactly the jobs that depend on it.
 
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
 
 from leanlm import forkserver
 from leanlm.config import load_config
-from leanlm.io import load_yaml
+from leanlm.io import read_yaml
 from leanlm.job_code import finetune_code, pretrain_code, render_code
 from leanlm.provenance import code_of, code_version
 from leanlm.runs import pretrain_settings, runs
@@ -25,11 +27,11 @@ PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smok
 CFG = load_config(PARAMS_FILE)
 PROFILE = CFG["profile"]
 RUNS = {run.run_id: run for run in runs(CFG)}
-TABLES = load_yaml(Path("params/tables.yaml").read_text())
+TABLES = read_yaml("params/tables.yaml")  # UTF-8, no repeated key
 
 # Rules call `leanlm`/`dvc` from the environment Snakemake itself runs in, even when it was started
 # as .venv/bin/snakemake without activating the venv.
-shell.prefix(f'export PATH="{Path(sys.executable).parent}:$PATH"; set -euo pipefail; ')
+shell.prefix(f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"; set -euo pipefail; ')
 
 wildcard_constraints:
     profile=PROFILE,

@@ -18,11 +18,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def scratch_root(tmp_path, monkeypatch):
-    """A project root holding copies of params/, the schemas and the templates, which tests may edit;
+    """A project root holding copies of params/, dvc.yaml, the schemas and the templates, which tests may edit;
     LEANLM_ROOT points at it, so outputs land there too."""
     from leanlm.config import _load_matrix_cached
 
     shutil.copytree(REPO / "params", tmp_path / "params")
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")  # the profiles DVC prepares (`leanlm validate` checks)
     for sub in ("schemas", "templates"):
         shutil.copytree(REPO / "workflow" / sub, tmp_path / "workflow" / sub)
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))

@@ -2,7 +2,9 @@
 
 Validation happens before any job runs (the Snakefile calls :func:`load_config` at parse time, and so
 does every ``leanlm`` subcommand): an unknown key, an unknown variant name or a wrong type fails with a
-message naming the file, the key and the allowed values.
+message naming the file, the key and the allowed values; so do a key written twice or a byte that is not
+UTF-8 (with the line: :func:`leanlm.io.read_yaml`), a warm-up longer than training, a pretraining or
+fine-tuning sequence longer than the model's positions, and a file other than params/<profile>.yaml (the file DVC's data stages read).
 
 The resolved config is the profile dict plus the keys the loader adds:
 
@@ -18,15 +20,15 @@ checks here import it, it never imports this module.
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from leanlm import paths
-from leanlm.io import load_yaml
+from leanlm.io import read_yaml
 from leanlm.errors import ConfigError
 from leanlm.runs import (BLOCKLESS_OBJECTIVES, DEFAULT_ATTENTION, Run, _pretrain_data_fields, _run_fields,
                          absent_runs, finetune_settings, pretrain_settings, runs)
@@ -59,10 +61,7 @@ def _schema(name: str) -> dict:
 def _read_yaml(path: Path) -> Any:
     if not path.is_file():
         raise ConfigError(f"params file {path} does not exist; profiles live in params/<profile>.yaml")
-    try:
-        return load_yaml(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return read_yaml(path)  # UTF-8, no repeated key, valid YAML: else a ConfigError naming file and line
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -123,6 +122,7 @@ def load_config(params_file: str | Path | None = None) -> dict:
         path = paths.project_root() / path
     config = _read_yaml(path)
     _validate(config, _schema("params.schema.json"), path)
+    _check_profile_file(config, path)
     matrix = load_matrix()
     config["_params_file"] = str(path)
     config["_matrix"] = {}
@@ -137,6 +137,62 @@ def load_config(params_file: str | Path | None = None) -> dict:
     config["absent_runs"] = absent_runs(config)
     return config
 
+
+def _check_profile_file(config: dict, path: Path) -> None:
+    """A profile named ``p`` is the file params/p.yaml: DVC's data stages (dvc.yaml) and every output
+    folder are keyed by the name, and the stages read params/p.yaml. Any other file with the same name
+    would train on data prepared from params/p.yaml's settings (another tokenizer, another corpus)."""
+    profile = config["profile"]
+    expected = paths.params_dir() / f"{profile}.yaml"
+    if expected.is_file() and os.path.samefile(expected, path):
+        return
+    raise ConfigError(
+        f"{path}: key profile = {profile!r}, but the profile {profile!r} is the file {expected}: DVC's data stages "
+        f"(dvc.yaml, e.g. tokenizer@{profile}) prepare data/{profile}/ from that file, so this file's data settings "
+        f"would be ignored. To run another profile, save it as params/<name>.yaml with `profile: <name>` and add "
+        f"<name> to the `profiles` list in dvc.yaml")
+
+
+def _check_schedules(config: dict, path: Path, run: Run, model_config) -> None:
+    """What the schema cannot see in a run's resolved pretraining settings (its objective's block, with its
+    variant and its size's overrides laid over it): a warm-up that ends after training (the learning rate
+    would never reach ``lr``) and a sequence longer than the model has positions (every batch would fail)."""
+    settings = pretrain_settings(config, run)
+    if not settings:
+        return
+
+    def origin(key: str) -> str:  # the profile key the resolved value comes from
+        if key in config["models"][run.size].get("pretrain_overrides", {}):
+            return f"models.{run.size}.pretrain_overrides.{key}"
+        if run.pretrain_variant and key in config.get("pretrain_variants", {}).get(run.pretrain_variant, {}):
+            return f"pretrain_variants.{run.pretrain_variant}.{key}"
+        return f"pretrain.{run.objective}.{key}"
+
+    if settings["warmup_steps"] > settings["steps"]:
+        raise ConfigError(f"{path}: key {origin('warmup_steps')} = {settings['warmup_steps']} is larger than "
+                          f"{origin('steps')} = {settings['steps']} (run {run.run_id}): the learning rate would "
+                          f"never reach its value; make warmup_steps at most steps")
+    if settings["seq_len"] > model_config.max_tokens:
+        raise ConfigError(f"{path}: key {origin('seq_len')} = {settings['seq_len']} is longer than the "
+                          f"{model_config.max_tokens} positions of run {run.run_id}'s model (key "
+                          f"models.{run.size}.max_position = {model_config.max_position}); lower seq_len or "
+                          f"raise max_position")
+
+
+def _check_finetune_lengths(config: dict, path: Path, run: Run, model_config) -> None:
+    """A fine-tuning family's ``max_seq_len`` (its variant's, where the run picks one) fits the positions of
+    the model it fine-tunes: a longer one passes the schema and fails in every fine-tuning job of the run."""
+    for family in run.finetune:
+        length = finetune_settings(config, run, family).get("max_seq_len")
+        if length is None or length <= model_config.max_tokens:
+            continue
+        variant = run.finetune_variants.get(family)
+        key = (f"finetune_variants.{variant}.max_seq_len"
+               if variant and "max_seq_len" in config.get("finetune_variants", {}).get(variant, {})
+               else f"finetune.{family}.max_seq_len")
+        raise ConfigError(f"{path}: key {key} = {length} is longer than the {model_config.max_tokens} positions of "
+                          f"run {run.run_id}'s model (key models.{run.size}.max_position = "
+                          f"{model_config.max_position}); lower max_seq_len or raise max_position")
 
 
 def _check_combinations(config: dict, path: Path) -> None:
@@ -212,6 +268,9 @@ def _check_combinations(config: dict, path: Path) -> None:
                 check_run_tokenizer(run, model_config)  # hash embeddings <-> hash tokenizers
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
+        _check_schedules(config, path, run, model_config)
+        if run.objective != "hub":  # a hub checkpoint brings its own positions
+            _check_finetune_lengths(config, path, run, model_config)
         if m["n_heads"] * m["head_dim"] != m["d_model"]:
             raise ConfigError(
                 f"{path}: run {run.run_id} has n_heads x head_dim = {m['n_heads']} x {m['head_dim']} != "

@@ -72,8 +72,28 @@ def write_jsonl(path: str | os.PathLike, rows) -> Path:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[Any]:
+    """The JSON values of a JSON-lines file, one per non-blank line, streamed. A line that is not UTF-8
+    or not JSON raises :class:`~leanlm.errors.DataError` naming the file and the line (a damaged corpus
+    or task split would otherwise stop a job with a bare decoder traceback)."""
+    from leanlm.errors import DataError
+
+    with open(path, "rb") as fh:  # bytes, decoded line by line, so that a bad byte has a line number
+        for number, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+                if line.strip():
+                    yield json.loads(line)
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}, line {number}: not UTF-8 (byte {raw[exc.start]:#04x} at column "
+                                f"{exc.start + 1}); the file is damaged: prepare it again (`dvc repro` or "
+                                f"`dvc checkout`)") from None
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}, line {number}: not a JSON value ({exc.msg} at column {exc.colno}); "
+                                f"the file is damaged: prepare it again (`dvc repro` or `dvc checkout`)") from None
 
 
 def _json_default(obj: Any) -> Any:
@@ -91,6 +111,73 @@ def load_yaml(text: str) -> Any:
     import yaml
 
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """Load one of the project's own YAML files (a profile, an experiment file, a task table), stricter
+    than :func:`load_yaml`: the file must be UTF-8 and no mapping may repeat a key (YAML keeps the last
+    one silently, so a pasted block would overwrite a setting unseen). Either fault, and any YAML syntax
+    error, raises :class:`~leanlm.errors.ConfigError` naming the file and the line."""
+    import yaml
+
+    from leanlm.errors import ConfigError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}, line {line}: not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+                          f"{exc.start}); save the file as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_unique_key_loader())
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{path}, line {exc.line}: key {exc.key!r} appears twice in one mapping (first at line "
+                          f"{exc.first}); YAML would keep only the last value: remove one") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: not valid YAML: {exc}") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int, first: int):
+        super().__init__(key)
+        self.key, self.line, self.first = key, line, first
+
+
+_LOADERS: dict[str, type] = {}
+
+
+def _unique_key_loader() -> type:
+    """libyaml's safe loader (as :func:`load_yaml`) whose mappings refuse a repeated key. Keys that a
+    merge (``<<: *anchor``) brings in may be overridden, as YAML intends; only keys written twice count."""
+    if "loader" not in _LOADERS:
+        import yaml
+
+        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+        class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+            def construct_mapping(self, node, deep=False):
+                if isinstance(node, yaml.MappingNode):
+                    seen: dict[Any, int] = {}
+                    for key_node, _ in node.value:
+                        if key_node.tag == "tag:yaml.org,2002:merge":
+                            continue
+                        key = self.construct_object(key_node, deep=True)
+                        try:
+                            if key in seen:
+                                raise _DuplicateKey(key, key_node.start_mark.line + 1, seen[key])
+                            seen[key] = key_node.start_mark.line + 1
+                        except TypeError:  # an unhashable key: the base class says so
+                            continue
+                return super().construct_mapping(node, deep=deep)
+
+        _LOADERS["loader"] = UniqueKeyLoader
+    return _LOADERS["loader"]
 
 
 def sha256_file(path: str | os.PathLike) -> str:

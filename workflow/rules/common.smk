@@ -1,6 +1,10 @@
 # Helpers shared by the rule files: which outputs a profile produces.
 
-P = f"--params {PARAMS_FILE}"
+import shlex
+
+# Every value a rule's shell command interpolates is shell-quoted: this path (`--configfile` may name any
+# file, spaces or `$(...)` included) here, the wildcards and PROFILE with Snakemake's `:q` in the rules.
+P = f"--params {shlex.quote(str(PARAMS_FILE))}"
 
 
 def run_dir(run_id):

@@ -3,7 +3,8 @@
 # or `dvc checkout` (which resets file times) never re-triggers training, while a changed data
 # setting does.
 
-from leanlm.data.pretrain_data import NAMED_KINDS, STAGE_CODE, check_dvc_stages
+from leanlm.data.dvc_profiles import check_dvc_profile
+from leanlm.data.pretrain_data import NAMED_KINDS, STAGE_CODE
 from leanlm.runs import named_pretrain_data
 
 # Named pretraining data (data.corpora, data.tokenizers: ch. 4's SlimPajama and Pythia BPE) is left out
@@ -13,7 +14,7 @@ DATA_PARAMS = {"source": CFG["source"], "data": {k: v for k, v in CFG["data"].it
                "tasks": {f: s["tasks"] for f, s in CFG["finetune"].items()}}
 DATA_DIRS = [f"data/{PROFILE}/{d}" for d in ("raw", "corpus", "tokenizer", "tasks")]
 NAMED_DATA = {kind: CFG["data"].get(kind) or {} for kind in NAMED_KINDS}
-check_dvc_stages(CFG, "dvc.yaml")  # its stages corpora@<profile>, tokenizers@<profile> must exist
+check_dvc_profile(CFG, "dvc.yaml")  # its stages fetch@<profile> ... (and corpora@, tokenizers@) must exist
 
 
 rule data:
@@ -23,7 +24,7 @@ rule data:
         data=DATA_PARAMS,
         code=code_version("data"),
     shell:
-        "dvc repro --single-item fetch@{PROFILE} corpus@{PROFILE} tokenizer@{PROFILE} tasks@{PROFILE}"
+        "dvc repro --single-item fetch@{PROFILE:q} corpus@{PROFILE:q} tokenizer@{PROFILE:q} tasks@{PROFILE:q}"
 
 
 # One rule per kind (DVC stage corpora@<profile> / tokenizers@<profile>, leanlm.data.pretrain_data), so a
@@ -39,7 +40,7 @@ if NAMED_DATA["corpora"]:
             corpora=NAMED_DATA["corpora"],
             code=code_version(*STAGE_CODE["corpora"]),
         shell:
-            "dvc repro --single-item corpora@{PROFILE}"
+            "dvc repro --single-item corpora@{PROFILE:q}"
 
 
 if NAMED_DATA["tokenizers"]:
@@ -51,7 +52,7 @@ if NAMED_DATA["tokenizers"]:
             tokenizers=NAMED_DATA["tokenizers"],
             code=code_version(*STAGE_CODE["tokenizers"]),
         shell:
-            "dvc repro --single-item tokenizers@{PROFILE}"
+            "dvc repro --single-item tokenizers@{PROFILE:q}"
 
 
 def data_inputs(*names):

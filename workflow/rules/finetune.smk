@@ -21,4 +21,4 @@ rule finetune:
     resources:
         gpu=1 if PROFILE == "paper" else 0,
     shell:
-        "OMP_NUM_THREADS={threads} leanlm finetune {P} --run {wildcards.run_id} --family {wildcards.family}"
+        "OMP_NUM_THREADS={threads} leanlm finetune {P} --run {wildcards.run_id:q} --family {wildcards.family:q}"

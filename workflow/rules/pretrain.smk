@@ -25,4 +25,4 @@ rule pretrain:
     resources:
         gpu=1 if PROFILE == "paper" else 0,
     shell:
-        "OMP_NUM_THREADS={threads} leanlm pretrain {P} --run {wildcards.run_id}"
+        "OMP_NUM_THREADS={threads} leanlm pretrain {P} --run {wildcards.run_id:q}"

@@ -70,7 +70,7 @@ rule render_table:
         # the code this table runs: the rendering machinery and its renderer (tables.yaml), with their imports
         code=lambda w: render_code(TABLES[w.table]),
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table:q}"
 
 
 # Figures drawn from runs (ch. 4: indicators, logits, layouts, sizes, loss curves). Their per-run
@@ -95,7 +95,7 @@ rule render_figure:
         scale=CFG["models"],
         code=lambda w: render_code(TABLES[w.table]),
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table:q}"
 
 
 # Hyperparameter tables (3.11, 3.12): from the params file alone, so they never wait for training.
@@ -117,7 +117,7 @@ rule params_table:
         source=CFG["source"],
         code=lambda w: render_code(TABLES[w.table]),
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table:q}"
 
 
 # Target for the hyperparameter tables alone: `snakemake hyperparameter_tables`.
@@ -142,7 +142,7 @@ rule analytic_table:
     params:
         **ANALYTIC_PARAMS,
     shell:
-        "leanlm analytic {P} --item {wildcards.item}"
+        "leanlm analytic {P} --item {wildcards.item:q}"
 
 
 rule analytic_figure:
@@ -157,7 +157,7 @@ rule analytic_figure:
     params:
         **ANALYTIC_PARAMS,
     shell:
-        "leanlm analytic {P} --item {wildcards.item}"
+        "leanlm analytic {P} --item {wildcards.item:q}"
 
 
 rule pdf:

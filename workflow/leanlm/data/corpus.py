@@ -27,7 +27,7 @@ from leanlm.data.sources import Document
 from leanlm.data.splitting import SPLITS, assign_split, unit_interval
 from leanlm.data.text import count_words, dedupe_key
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import atomic_path, write_json
+from leanlm.io import atomic_path, iter_jsonl, write_json
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,5 @@ def iter_corpus_texts(corpus_dir: Path, split: str = "train") -> Iterable[str]:
     path = Path(corpus_dir) / f"{split}.jsonl"
     if not path.is_file():
         raise DataError(f"{path} is missing; run the corpus stage (`leanlm data corpus --params ...`) first")
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                yield json.loads(line)["text"]
+    for row in iter_jsonl(path):  # a damaged line: DataError naming file and line
+        yield row["text"]

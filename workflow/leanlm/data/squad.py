@@ -29,7 +29,6 @@ occurs in two splits.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import defaultdict
@@ -42,6 +41,7 @@ from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
 from leanlm.data.text import STOPWORDS, dedupe_key, is_prose_sentence
 from leanlm.errors import DataError
+from leanlm.io import iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +205,7 @@ def pretraining_heldout(raw_dir: Path) -> set[str] | None:
     for split in ("validation", "test"):
         path = corpus / f"{split}.jsonl"
         if path.is_file():
-            with open(path, encoding="utf-8") as fh:
-                ids.update(json.loads(line)["doc_id"] for line in fh if line.strip())
+            ids.update(row["doc_id"] for row in iter_jsonl(path))
     return ids
 
 

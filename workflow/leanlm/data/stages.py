@@ -49,11 +49,37 @@ def _raw_manifest(data: Path, source: str) -> dict:
     path = data / "raw" / "MANIFEST.json"
     if not path.is_file():
         raise DataError(f"{path} is missing; run `leanlm data fetch --params params/<profile>.yaml` first")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path} is damaged ({exc}); run the fetch stage again") from None
     if manifest.get("source") != source:
         raise DataError(f"{path} was fetched for source {manifest.get('source')!r}, but the profile uses "
                         f"{source!r}; run the fetch stage again")
+    _check_raw_files(path.parent, manifest)
     return manifest
+
+
+def _check_raw_files(raw: Path, manifest: dict) -> None:
+    """Every file the manifest lists has its recorded size and SHA-256, checked before anything parses it:
+    a raw file emptied or overwritten under an intact MANIFEST.json would otherwise surface as a parser's
+    error deep in a reader (an XML ParseError), or not at all."""
+    from leanlm.io import sha256_file
+
+    for name, entry in manifest.get("files", {}).items():
+        file = raw / name
+        if not file.is_file():
+            raise DataError(f"{file} is missing but {raw / 'MANIFEST.json'} lists it; run the fetch stage again "
+                            f"(`dvc repro fetch@<profile>`) or restore it (`dvc checkout`)")
+        size, digest = file.stat().st_size, None
+        if size == entry.get("bytes"):
+            digest = sha256_file(file)
+        if size != entry.get("bytes") or digest != entry.get("sha256"):
+            found = f"{size} bytes" if size != entry.get("bytes") else f"SHA-256 {digest}"
+            expected = f"{entry.get('bytes')} bytes" if size != entry.get("bytes") else f"SHA-256 {entry.get('sha256')}"
+            raise DataError(f"{file} is not the file {raw / 'MANIFEST.json'} records ({found}, recorded {expected}): "
+                            f"it was changed or damaged; run the fetch stage again (`dvc repro fetch@<profile>`) or "
+                            f"restore it (`dvc checkout`)")
 
 
 def _task_specs(config: dict) -> list:

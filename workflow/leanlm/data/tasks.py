@@ -24,10 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from leanlm import paths
-from leanlm.io import load_yaml
+from leanlm.io import read_yaml
 from leanlm.errors import ConfigError
 from leanlm.registry import Registry
 
@@ -153,10 +151,7 @@ def _load(files: tuple[tuple[str, int], ...]) -> tuple[Registry, dict[str, list[
     families: dict[str, list[str]] = {}
     for path_str, _mtime in files:
         path = Path(path_str)
-        try:
-            doc = load_yaml(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        doc = read_yaml(path)  # UTF-8, no repeated key: else a ConfigError naming file and line
         if not isinstance(doc, dict) or not doc:
             raise ConfigError(f"{path}: must map task families (e.g. glue) to their tasks")
         for family, tasks in doc.items():

@@ -17,17 +17,18 @@ Two packings, both built once per (tokenizer, split file, separator) and read ba
 In both, empty documents add nothing and the tail that fills no row is dropped. :func:`token_stream`
 tokenises a split ``ENCODE_CHUNK`` documents at a time into ``<cache>/tokenized/<key>-<kind><id>.<kind>.<dtype>``
 (``kind`` eos or sep and the separator's id in the name, so the two streams of one split never collide;
-uint16 when the vocabulary fits: 2 bytes a token) plus a ``.json`` record of its length, and
+uint16 when the vocabulary fits: 2 bytes a token) plus a ``.json`` record of its length and SHA-256, and
 :class:`StreamRows` gathers the rows a batch needs. Written atomically (a killed job leaves no partial
 stream) and under an inter-process lock (:func:`leanlm.io.build_once`), so concurrent jobs on one split
 tokenise it once. The key (tokenizer and split hashes) is :mod:`leanlm.training.token_cache`'s. A
-stream whose size disagrees with its record (truncated copy, killed between the two writes, a stream
-from before records were kept) is rebuilt, never trusted. Only tokenizers that key can fingerprint
-(:func:`streamable`) are streamed.
+stream whose size or SHA-256 disagrees with its record (truncated copy, killed between the two writes, bytes
+overwritten, a stream from before records held a checksum) is rebuilt with a warning naming it, never
+trusted. Only tokenizers that key can fingerprint (:func:`streamable`) are streamed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -38,7 +39,7 @@ import torch
 
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import atomic_path, build_once, write_json
+from leanlm.io import atomic_path, build_once, iter_jsonl, sha256_file, write_json
 from leanlm.training.text_batches import ENCODE_CHUNK
 from leanlm.training.token_cache import cache_key
 
@@ -118,23 +119,22 @@ class StreamRows:
 def _text_chunks(path: Path) -> Iterator[list[str]]:
     """The split's texts, ENCODE_CHUNK at a time (never the whole split in memory)."""
     chunk: list[str] = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                chunk.append(json.loads(line)["text"])
-                if len(chunk) == ENCODE_CHUNK:
-                    yield chunk
-                    chunk = []
+    for row in iter_jsonl(path):  # a damaged line: DataError naming file and line
+        chunk.append(row["text"])
+        if len(chunk) == ENCODE_CHUNK:
+            yield chunk
+            chunk = []
     if chunk:
         yield chunk
 
 
 def _write_stream(tokenizer, path: Path, separator_id: int, dtype: np.dtype, target: Path, desc: str,
-                  leading: bool = True) -> int:
+                  leading: bool = True) -> tuple[int, str]:
     """Write the split's documents to ``target`` separated by ``separator_id`` (also before the first
-    one when ``leading``); return the number of tokens written."""
+    one when ``leading``); return the number of tokens written and the SHA-256 of the bytes."""
     separator = np.array([separator_id], dtype=dtype)
     written, need_separator = 0, leading
+    digest = hashlib.sha256()
     with atomic_path(target, suffix=target.suffix) as tmp, open(tmp, "wb") as out:
         for number, texts in enumerate(_text_chunks(path)):
             pieces = []
@@ -147,30 +147,50 @@ def _write_stream(tokenizer, path: Path, separator_id: int, dtype: np.dtype, tar
             if pieces:
                 block = np.concatenate(pieces)
                 out.write(block.tobytes())
+                digest.update(block.tobytes())
                 written += block.size
             if number % 100 == 99:
                 log.info("%s: %d documents, %d tokens so far", desc, (number + 1) * ENCODE_CHUNK, written)
-    return written
+    return written, digest.hexdigest()
 
 
 def _record_path(target: Path) -> Path:
     return target.with_name(target.name + ".json")
 
 
-def _cached_tokens(target: Path, dtype: np.dtype, warn: bool = True) -> int | None:
-    """The length of a complete cached stream, or None when there is none (or it is damaged: rebuilt)."""
+# Streams whose bytes matched their record's SHA-256, by (path, inode, size, mtime): a job checks its
+# stream once, not at every call (a paper-scale stream is GBs).
+_VERIFIED: dict[tuple, bool] = {}
+
+
+def _stream_problem(target: Path, dtype: np.dtype) -> str | None:
+    """Why the cached stream ``target`` cannot be used (None: it is complete and intact). Its record
+    holds its length and the SHA-256 of its bytes: a stream overwritten with bytes of the right size
+    (ids past the vocabulary, an IndexError in the embedding; or wrong ids that train silently) is caught
+    here, before training, as is a truncated one or one from before records held a checksum."""
     if not target.is_file():
-        return None
+        return "it is missing"
     try:
-        tokens = int(json.loads(_record_path(target).read_text(encoding="utf-8"))["tokens"])
+        record = json.loads(_record_path(target).read_text(encoding="utf-8"))
+        tokens, sha256 = int(record["tokens"]), str(record["sha256"])
     except (OSError, ValueError, KeyError, TypeError):
-        tokens = None
-    if tokens is None or tokens * dtype.itemsize != target.stat().st_size:
-        if warn:
-            log.warning("the token stream %s has no record of its length or a size that disagrees with it "
-                        "(truncated or damaged); tokenising again", target)
+        return f"its record {_record_path(target).name} is missing, unreadable or has no length and checksum"
+    stat = target.stat()
+    if tokens * dtype.itemsize != stat.st_size:
+        return f"its size ({stat.st_size} bytes) disagrees with its record ({tokens} tokens): truncated or damaged"
+    key = (str(target), stat.st_ino, stat.st_size, stat.st_mtime_ns, sha256)
+    if key not in _VERIFIED:
+        _VERIFIED[key] = sha256_file(target) == sha256
+    if not _VERIFIED[key]:
+        return "its bytes do not match the SHA-256 its record holds: overwritten or damaged"
+    return None
+
+
+def _cached_tokens(target: Path, dtype: np.dtype) -> int | None:
+    """The length of a complete, intact cached stream, or None (then it is built, or rebuilt)."""
+    if _stream_problem(target, dtype) is not None:
         return None
-    return tokens
+    return int(json.loads(_record_path(target).read_text(encoding="utf-8"))["tokens"])
 
 
 def token_stream(tokenizer, path: str | Path, separator_id: int, desc: str, packing: str = "eos") -> np.ndarray:
@@ -187,19 +207,25 @@ def token_stream(tokenizer, path: str | Path, separator_id: int, desc: str, pack
     dtype = stream_dtype(tokenizer.get_vocab_size(with_added_tokens=True))
     target = paths.cache_dir() / "tokenized" / f"{key}-{packing}{separator_id}.{packing}.{dtype.name}"
     def build() -> None:
+        if target.is_file():  # (under the lock: no other process is writing it)
+            log.warning("the cached token stream %s cannot be used: %s; tokenising %s again", target,
+                        _stream_problem(target, dtype), path)
         tokenizer.no_truncation()
         tokenizer.no_padding()
-        tokens = _write_stream(tokenizer, path, separator_id, dtype, target, desc, LEADING_SEPARATOR[packing])
-        write_json(_record_path(target), {"tokens": tokens, "dtype": dtype.name, "packing": packing,
+        tokens, sha256 = _write_stream(tokenizer, path, separator_id, dtype, target, desc, LEADING_SEPARATOR[packing])
+        write_json(_record_path(target), {"tokens": tokens, "sha256": sha256, "dtype": dtype.name, "packing": packing,
                                           "separator_id": separator_id, "split": path.name})
         log.info("%s: %d tokens of %s written to %s", desc, tokens, path.name, target)
 
     # Concurrent pretraining jobs on one split (ch. 4's runs all read SlimPajama) tokenise it once: the
     # others wait for the first and map its stream.
     if not build_once(target, build, f"the token stream of {path}",
-                      done=lambda: _cached_tokens(target, dtype, warn=False) is not None):
+                      done=lambda: _stream_problem(target, dtype) is None):
         log.info("%s: token stream of %s from the cache %s", desc, path.name, target)
     tokens = _cached_tokens(target, dtype)
+    if tokens is None:  # damaged again between its check and now
+        raise DataError(f"the token stream {target} of {path} cannot be used: {_stream_problem(target, dtype)}; "
+                        f"delete it and run the job again")
     if tokens == 0:  # (an empty file cannot be memory-mapped)
         return np.zeros(0, dtype=dtype)
     return np.memmap(target, dtype=dtype, mode="r", shape=(tokens,))
