@@ -22,8 +22,12 @@ rule data:
     params:
         data=DATA_PARAMS,
         code=code_version("data"),
+    log:
+        f"logs/{PROFILE}/data.log",
+    benchmark:
+        f"benchmarks/{PROFILE}/data.tsv",
     shell:
-        "dvc repro --single-item fetch@{PROFILE} corpus@{PROFILE} tokenizer@{PROFILE} tasks@{PROFILE}"
+        "dvc repro --single-item fetch@{PROFILE} corpus@{PROFILE} tokenizer@{PROFILE} tasks@{PROFILE} > {log} 2>&1"
 
 
 # One rule per kind (DVC stage corpora@<profile> / tokenizers@<profile>, leanlm.data.pretrain_data), so a
@@ -38,8 +42,12 @@ if NAMED_DATA["corpora"]:
         params:
             corpora=NAMED_DATA["corpora"],
             code=code_version(*STAGE_CODE["corpora"]),
+        log:
+            f"logs/{PROFILE}/data_corpora.log",
+        benchmark:
+            f"benchmarks/{PROFILE}/data_corpora.tsv",
         shell:
-            "dvc repro --single-item corpora@{PROFILE}"
+            "dvc repro --single-item corpora@{PROFILE} > {log} 2>&1"
 
 
 if NAMED_DATA["tokenizers"]:
@@ -50,8 +58,12 @@ if NAMED_DATA["tokenizers"]:
         params:
             tokenizers=NAMED_DATA["tokenizers"],
             code=code_version(*STAGE_CODE["tokenizers"]),
+        log:
+            f"logs/{PROFILE}/data_tokenizers.log",
+        benchmark:
+            f"benchmarks/{PROFILE}/data_tokenizers.tsv",
         shell:
-            "dvc repro --single-item tokenizers@{PROFILE}"
+            "dvc repro --single-item tokenizers@{PROFILE} > {log} 2>&1"
 
 
 def data_inputs(*names):

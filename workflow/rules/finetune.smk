@@ -19,5 +19,9 @@ rule finetune:
     threads: 1
     resources:
         gpu=1 if PROFILE == "paper" else 0,
+    log:
+        "logs/{profile}/finetune/{run_id}/{family}.log",
+    benchmark:
+        "benchmarks/{profile}/finetune/{run_id}/{family}.tsv",
     shell:
-        "OMP_NUM_THREADS={threads} leanlm finetune {P} --run {wildcards.run_id} --family {wildcards.family}"
+        "OMP_NUM_THREADS={threads} leanlm finetune {P} --run {wildcards.run_id} --family {wildcards.family} > {log} 2>&1"

@@ -43,8 +43,10 @@ rule aggregate:
         lm_eval_baselines(),
     params:
         code=code_version("reporting/aggregate"),
+    log:
+        f"logs/{PROFILE}/aggregate.log",
     shell:
-        "leanlm aggregate {P}"
+        "leanlm aggregate {P} > {log} 2>&1"
 
 
 rule render_table:
@@ -68,8 +70,10 @@ rule render_table:
         tasks=lambda w: {f: s["tasks"] for f, s in CFG["finetune"].items()},
         scale=CFG["models"],
         code=code_version("reporting"),
+    log:
+        "logs/{profile}/render_table/{table}.log",
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table} > {log} 2>&1"
 
 
 # Figures drawn from runs (ch. 4: indicators, logits, layouts, sizes, loss curves). Their per-run
@@ -93,8 +97,10 @@ rule render_figure:
         tasks=lambda w: {f: s["tasks"] for f, s in CFG["finetune"].items()},
         scale=CFG["models"],
         code=code_version("reporting", "evaluation/indicators"),
+    log:
+        "logs/{profile}/render_figure/{table}.log",
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table} > {log} 2>&1"
 
 
 # Hyperparameter tables (3.11, 3.12): from the params file alone, so they never wait for training.
@@ -115,8 +121,10 @@ rule params_table:
         scale=CFG["models"],
         source=CFG["source"],
         code=code_version("reporting"),
+    log:
+        "logs/{profile}/params_table/{table}.log",
     shell:
-        "leanlm render {P} --table {wildcards.table}"
+        "leanlm render {P} --table {wildcards.table} > {log} 2>&1"
 
 
 # Target for the hyperparameter tables alone: `snakemake hyperparameter_tables`.
@@ -140,8 +148,10 @@ rule analytic_table:
         item=names_of("analytic", "tex", "csv"),
     params:
         **ANALYTIC_PARAMS,
+    log:
+        "logs/{profile}/analytic_table/{item}.log",
     shell:
-        "leanlm analytic {P} --item {wildcards.item}"
+        "leanlm analytic {P} --item {wildcards.item} > {log} 2>&1"
 
 
 rule analytic_figure:
@@ -155,8 +165,10 @@ rule analytic_figure:
         item=names_of("analytic", "pdf", "png", "csv"),
     params:
         **ANALYTIC_PARAMS,
+    log:
+        "logs/{profile}/analytic_figure/{item}.log",
     shell:
-        "leanlm analytic {P} --item {wildcards.item}"
+        "leanlm analytic {P} --item {wildcards.item} > {log} 2>&1"
 
 
 rule pdf:
@@ -169,5 +181,7 @@ rule pdf:
         f"paper_tables/{PROFILE}/tables.pdf",
     params:
         code=code_version("reporting/latex"),
+    log:
+        f"logs/{PROFILE}/pdf.log",
     shell:
-        "leanlm pdf {P}"
+        "leanlm pdf {P} > {log} 2>&1"
