@@ -66,9 +66,14 @@ def report_failures():
     what the log says; its scheduler keeps the failed jobs."""
     from leanlm.run_summary import failure_report
 
-    failed = [(f"rule {job.rule.name}" + (f" ({', '.join(f'{k}={v}' for k, v in job.wildcards_dict.items())})"
-                                          if job.wildcards_dict else ""), [str(log) for log in job.log])
-              for job in getattr(workflow.scheduler, "failed", ())]
+    jobs = getattr(workflow.scheduler, "failed", None)
+    if jobs is None:  # a Snakemake whose scheduler keeps no such list
+        print("leanlm: see the failed jobs' logs named in Snakemake's error messages above", file=sys.stderr)
+        return
+    failed = []
+    for job in jobs:
+        wildcards = ", ".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
+        failed.append((f"rule {job.rule.name}" + (f" ({wildcards})" if wildcards else ""), [str(log) for log in job.log]))
     if failed:
         print(failure_report(failed), file=sys.stderr)
 
