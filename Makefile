@@ -28,4 +28,4 @@ test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q
 
 clean:
-	rm -rf data/smoke models/smoke results/smoke paper_tables/smoke .snakemake
+	rm -rf data/smoke models/smoke results/smoke paper_tables/smoke logs/smoke benchmarks/smoke .snakemake

@@ -9,6 +9,11 @@
 # The profile file is validated (workflow/schemas/) before any job runs. Every rule runs a `leanlm`
 # command; every hyperparameter reaches a rule through `params:` (only the sub-dict it needs), so a
 # changed value reruns exactly the jobs that depend on it.
+#
+# Every job writes its whole output to logs/<profile>/<rule>/<wildcards>.log, and the heavy rules time
+# themselves into benchmarks/<profile>/... (Snakemake's `benchmark:`), so the terminal shows Snakemake's
+# progress only. At the end of a run benchmarks/<profile>/summary.md sums the benchmarks up and, after a
+# failure, the last lines of each failed job's log are printed (leanlm/run_summary.py).
 
 import os
 import shlex
@@ -51,12 +56,40 @@ onstart:
             os.environ[forkserver.ENV] = SERVER["server"][1]
 
 
+def summarize_benchmarks():
+    from leanlm.run_summary import write_summary
+
+    summary = write_summary(f"benchmarks/{PROFILE}", f"logs/{PROFILE}")
+    if summary:
+        print(f"leanlm: benchmarks of the jobs so far: {summary}", file=sys.stderr)
+
+
+def report_failures():
+    """The end of each failed job's log. Snakemake prints a failed job's log path as it fails, but not
+    what the log says; its scheduler keeps the failed jobs."""
+    from leanlm.run_summary import failure_report
+
+    jobs = getattr(workflow.scheduler, "failed", None)
+    if jobs is None:  # a Snakemake whose scheduler keeps no such list
+        print("leanlm: see the failed jobs' logs named in Snakemake's error messages above", file=sys.stderr)
+        return
+    failed = []
+    for job in jobs:
+        wildcards = ", ".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
+        failed.append((f"rule {job.rule.name}" + (f" ({wildcards})" if wildcards else ""), [str(log) for log in job.log]))
+    if failed:
+        print(failure_report(failed), file=sys.stderr)
+
+
 onsuccess:
     forkserver.stop(SERVER.pop("server", None))
+    summarize_benchmarks()
 
 
 onerror:
     forkserver.stop(SERVER.pop("server", None))
+    report_failures()
+    summarize_benchmarks()
 
 
 include: "workflow/rules/common.smk"

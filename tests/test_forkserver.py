@@ -53,6 +53,17 @@ def test_exit_status_and_error_message_come_back(server):
     assert "TORCH_IN_CLIENT=False" in result.stderr
 
 
+def test_delegated_job_reports_its_own_usage_last(server):
+    """Snakemake's benchmark sees only the client: the forked job's usage comes back as its last stderr line
+    (before this test client's own TORCH_IN_CLIENT line); a job in its own process prints none."""
+    delegated = client(["validate"], server[1])
+    lines = delegated.stderr.splitlines()
+    usage = forkserver.parse_usage(lines[-2])
+    assert usage is not None and usage["cpu_time"] > 0 and usage["max_rss"] > 0, delegated.stderr
+    assert lines[-1] == "TORCH_IN_CLIENT=False"
+    assert forkserver.USAGE_PREFIX not in client(["validate"]).stderr
+
+
 def test_job_sees_the_clients_directory_and_environment(server, scratch_root):
     result = client(["validate"], server[1], cwd=scratch_root, LEANLM_ROOT=str(scratch_root))
     assert result.returncode == 0, result.stderr

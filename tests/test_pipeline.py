@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from fake_wheels import write_fake_wheels
+from leanlm import forkserver
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -151,11 +152,21 @@ def built(project, build_log):
     return project
 
 
-def test_jobs_run_through_the_warm_leanlm(build_log):
-    """Every job of the local run was forked from the fork server (leanlm.forkserver), none refused."""
-    log = build_log
-    assert "leanlm: fork server ready" in log
-    assert "not using the fork server" not in log
+def test_jobs_run_through_the_warm_leanlm(project, build_log):
+    """Every job of the local run was forked from the fork server (leanlm.forkserver), none refused: each
+    job's log (logs/smoke/...) ends with the usage its forked command reported; the data job's `dvc repro`
+    ran one command per DVC stage."""
+    root, _ = project
+    assert "leanlm: fork server ready" in build_log
+    logs = sorted((root / "logs" / "smoke").rglob("*.log"))
+    assert len(logs) > 20
+    for log in logs:
+        lines = log.read_text().splitlines()
+        assert not any("not using the fork server" in line for line in lines), log
+        if log.name != "data.log":
+            assert lines and forkserver.parse_usage(lines[-1]), log
+    data = (root / "logs" / "smoke" / "data.log").read_text().splitlines()
+    assert sum(1 for line in data if forkserver.parse_usage(line)) == 4
 
 
 def test_full_run_renders_tables_from_real_runs(built):

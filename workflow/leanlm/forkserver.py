@@ -21,6 +21,10 @@ Safety rules, each for a reason:
   them to torch's pool and, through threadpoolctl, to the OpenMP/BLAS pools already loaded.
 - A child dies with its client: it watches the connection and exits when the client goes away, and
   the client forwards SIGINT/SIGTERM/SIGHUP to it, so Snakemake's cancel reaches the real job.
+- Snakemake's ``benchmark:`` measures the job's own process tree, which holds only the client: the
+  child therefore sends back its CPU time and peak memory with its exit status, and the client writes
+  them as the last line of the job's stderr (:func:`usage_line`; the job's log under Snakemake), where
+  :mod:`leanlm.run_summary` adds them to what Snakemake measured.
 - The server exits when the Snakemake process that started it is gone (``--parent``), on SIGTERM, and
   through ``onsuccess``/``onerror``. If anything about the server fails, the client falls back to
   running the job in its own process (the result is the same, only slower).
@@ -34,6 +38,8 @@ import argparse
 import importlib
 import json
 import os
+import re
+import resource
 import signal
 import socket
 import struct
@@ -52,6 +58,9 @@ PRELOAD = ("numpy", "torch", "scipy.sparse", "scipy.stats", "sklearn.metrics", "
 IMPORT_TIME_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "DATASETS_", "TOKENIZERS_", "TORCH", "CUDA_",
                         "PYTORCH_", "MPLBACKEND", "MPLCONFIGDIR", "PYTHON", "LD_", "KMP_", "MKL_")
 _HEADER = struct.Struct("!I")
+# The line a delegated job's stderr ends with: what the forked child itself used (see module doc).
+USAGE_PREFIX = "leanlm: resources of the forked job:"
+_USAGE = re.compile(re.escape(USAGE_PREFIX) + r" cpu_time=(?P<cpu_time>[0-9.]+) s max_rss=(?P<max_rss>[0-9.]+) MiB")
 
 
 # Thread counts are set per job (Snakemake exports OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS,
@@ -78,6 +87,25 @@ def _apply_thread_count() -> None:
     except ImportError:
         return
     threadpool_limits(int(value))
+
+
+def own_usage() -> dict[str, float]:
+    """CPU seconds (user + system) and peak resident memory (MiB) of this process and the children it
+    waited for. In a forked child the times start at zero at the fork (the preloading is the server's)
+    and the peak starts at the memory it shares with the server, as the same imports would take."""
+    mine, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+    return {"cpu_time": round(cpu, 2), "max_rss": round(max(mine.ru_maxrss, children.ru_maxrss) / 1024, 2)}
+
+
+def usage_line(usage: dict[str, float]) -> str:
+    return f"{USAGE_PREFIX} cpu_time={usage['cpu_time']:.2f} s max_rss={usage['max_rss']:.2f} MiB"
+
+
+def parse_usage(line: str) -> dict[str, float] | None:
+    """The usage in a line that :func:`usage_line` wrote, or None for any other line."""
+    found = _USAGE.fullmatch(line.rstrip("\n"))
+    return {k: float(v) for k, v in found.groupdict().items()} if found else None
 
 
 def _send(conn: socket.socket, obj: dict, fds: list[int] | None = None) -> None:
@@ -145,6 +173,8 @@ def delegate(argv: list[str]) -> int | None:
         signal.signal(signum, forward)
     try:
         done, _ = _recv(conn)
+        if "usage" in done:
+            print(usage_line(done["usage"]), file=sys.stderr, flush=True)
         return int(done["exit"])
     except (OSError, ConnectionError, ValueError, KeyError):
         print(f"leanlm: the fork server's job (pid {pid}) ended without an exit status", file=sys.stderr)
@@ -228,7 +258,7 @@ def _handle(conn: socket.socket, listener: socket.socket, server_env: dict[str, 
             except (OSError, ValueError):
                 pass
         try:
-            _send(conn, {"exit": code})
+            _send(conn, {"exit": code, "usage": own_usage()})
         except OSError:
             pass
         os._exit(code)

@@ -23,8 +23,12 @@ rule data:
     params:
         data=DATA_PARAMS,
         code=code_version("data"),
+    log:
+        f"logs/{PROFILE}/data.log",
+    benchmark:
+        f"benchmarks/{PROFILE}/data.tsv",
     shell:
-        "dvc repro --single-item fetch@{PROFILE:q} corpus@{PROFILE:q} tokenizer@{PROFILE:q} tasks@{PROFILE:q}"
+        "dvc repro --single-item fetch@{PROFILE:q} corpus@{PROFILE:q} tokenizer@{PROFILE:q} tasks@{PROFILE:q} > {log:q} 2>&1"
 
 
 # One rule per kind (DVC stage corpora@<profile> / tokenizers@<profile>, leanlm.data.pretrain_data), so a
@@ -39,8 +43,12 @@ if NAMED_DATA["corpora"]:
         params:
             corpora=NAMED_DATA["corpora"],
             code=code_version(*STAGE_CODE["corpora"]),
+        log:
+            f"logs/{PROFILE}/data_corpora.log",
+        benchmark:
+            f"benchmarks/{PROFILE}/data_corpora.tsv",
         shell:
-            "dvc repro --single-item corpora@{PROFILE:q}"
+            "dvc repro --single-item corpora@{PROFILE:q} > {log:q} 2>&1"
 
 
 if NAMED_DATA["tokenizers"]:
@@ -51,8 +59,12 @@ if NAMED_DATA["tokenizers"]:
         params:
             tokenizers=NAMED_DATA["tokenizers"],
             code=code_version(*STAGE_CODE["tokenizers"]),
+        log:
+            f"logs/{PROFILE}/data_tokenizers.log",
+        benchmark:
+            f"benchmarks/{PROFILE}/data_tokenizers.tsv",
         shell:
-            "dvc repro --single-item tokenizers@{PROFILE:q}"
+            "dvc repro --single-item tokenizers@{PROFILE:q} > {log:q} 2>&1"
 
 
 def data_inputs(*names):

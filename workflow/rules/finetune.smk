@@ -20,5 +20,9 @@ rule finetune:
     threads: 1
     resources:
         gpu=1 if PROFILE == "paper" else 0,
+    log:
+        "logs/{profile}/finetune/{run_id}/{family}.log",
+    benchmark:
+        "benchmarks/{profile}/finetune/{run_id}/{family}.tsv",
     shell:
-        "OMP_NUM_THREADS={threads} leanlm finetune {P} --run {wildcards.run_id:q} --family {wildcards.family:q}"
+        "OMP_NUM_THREADS={threads} leanlm finetune {P} --run {wildcards.run_id:q} --family {wildcards.family:q} > {log:q} 2>&1"

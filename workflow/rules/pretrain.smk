@@ -24,5 +24,9 @@ rule pretrain:
     threads: 1
     resources:
         gpu=1 if PROFILE == "paper" else 0,
+    log:
+        "logs/{profile}/pretrain/{run_id}.log",
+    benchmark:
+        "benchmarks/{profile}/pretrain/{run_id}.tsv",
     shell:
-        "OMP_NUM_THREADS={threads} leanlm pretrain {P} --run {wildcards.run_id:q}"
+        "OMP_NUM_THREADS={threads} leanlm pretrain {P} --run {wildcards.run_id:q} > {log:q} 2>&1"

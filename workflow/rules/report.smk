@@ -43,8 +43,10 @@ rule aggregate:
         lm_eval_baselines(),
     params:
         code=code_of("leanlm.reporting.aggregate"),
+    log:
+        f"logs/{PROFILE}/aggregate.log",
     shell:
-        "leanlm aggregate {P}"
+        "leanlm aggregate {P} > {log:q} 2>&1"
 
 
 rule render_table:
@@ -69,8 +71,10 @@ rule render_table:
         scale=CFG["models"],
         # the code this table runs: the rendering machinery and its renderer (tables.yaml), with their imports
         code=lambda w: render_code(TABLES[w.table]),
+    log:
+        "logs/{profile}/render_table/{table}.log",
     shell:
-        "leanlm render {P} --table {wildcards.table:q}"
+        "leanlm render {P} --table {wildcards.table:q} > {log:q} 2>&1"
 
 
 # Figures drawn from runs (ch. 4: indicators, logits, layouts, sizes, loss curves). Their per-run
@@ -94,8 +98,10 @@ rule render_figure:
         tasks=lambda w: {f: s["tasks"] for f, s in CFG["finetune"].items()},
         scale=CFG["models"],
         code=lambda w: render_code(TABLES[w.table]),
+    log:
+        "logs/{profile}/render_figure/{table}.log",
     shell:
-        "leanlm render {P} --table {wildcards.table:q}"
+        "leanlm render {P} --table {wildcards.table:q} > {log:q} 2>&1"
 
 
 # Hyperparameter tables (3.11, 3.12): from the params file alone, so they never wait for training.
@@ -116,8 +122,10 @@ rule params_table:
         scale=CFG["models"],
         source=CFG["source"],
         code=lambda w: render_code(TABLES[w.table]),
+    log:
+        "logs/{profile}/params_table/{table}.log",
     shell:
-        "leanlm render {P} --table {wildcards.table:q}"
+        "leanlm render {P} --table {wildcards.table:q} > {log:q} 2>&1"
 
 
 # Target for the hyperparameter tables alone: `snakemake hyperparameter_tables`.
@@ -141,8 +149,10 @@ rule analytic_table:
         item=names_of("analytic", "tex", "csv"),
     params:
         **ANALYTIC_PARAMS,
+    log:
+        "logs/{profile}/analytic_table/{item}.log",
     shell:
-        "leanlm analytic {P} --item {wildcards.item:q}"
+        "leanlm analytic {P} --item {wildcards.item:q} > {log:q} 2>&1"
 
 
 rule analytic_figure:
@@ -156,8 +166,10 @@ rule analytic_figure:
         item=names_of("analytic", "pdf", "png", "csv"),
     params:
         **ANALYTIC_PARAMS,
+    log:
+        "logs/{profile}/analytic_figure/{item}.log",
     shell:
-        "leanlm analytic {P} --item {wildcards.item:q}"
+        "leanlm analytic {P} --item {wildcards.item:q} > {log:q} 2>&1"
 
 
 rule pdf:
@@ -170,5 +182,7 @@ rule pdf:
         f"paper_tables/{PROFILE}/tables.pdf",
     params:
         code=code_of("leanlm.reporting.latex"),
+    log:
+        f"logs/{PROFILE}/pdf.log",
     shell:
-        "leanlm pdf {P}"
+        "leanlm pdf {P} > {log:q} 2>&1"

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
+from leanlm.progress import progress
 
 from leanlm.errors import ConfigError, TrainingError
 from leanlm.training import checkpointing
@@ -143,7 +143,7 @@ class Trainer:
             self.train_model = self._wrap_ddp()  # not for a finished run: no batch to probe with
         self.model.train()
         session_tokens, session_seconds = 0, 0.0
-        bar = tqdm(
+        bar = progress(
             total=cfg.total_steps, initial=st.step, desc=cfg.desc, unit="step", dynamic_ncols=True,
             disable=not (cfg.progress and self.rank == 0),
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from leanlm.progress import progress
 
 from leanlm.errors import DataError
 from leanlm.io import read_jsonl
@@ -58,7 +58,7 @@ def read_documents(path: Path) -> list[str]:
 def tokenize_documents(tokenizer, texts: list[str], desc: str) -> list[list[int]]:
     """Token ids of each document, without special tokens (packing adds [CLS]/[SEP])."""
     ids: list[list[int]] = []
-    for start in tqdm(range(0, len(texts), ENCODE_CHUNK), desc=desc, unit="chunk", leave=False):
+    for start in progress(range(0, len(texts), ENCODE_CHUNK), desc=desc, unit="chunk", leave=False):
         batch = tokenizer.encode_batch(texts[start : start + ENCODE_CHUNK], add_special_tokens=False)
         ids.extend(enc.ids for enc in batch)
     return ids
