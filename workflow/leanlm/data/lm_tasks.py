@@ -178,5 +178,6 @@ def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
 
 
 @HUB_TASK_LOADERS.register("lm")
-def load_lm_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
+def load_lm_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
+    # WikiText-103 and Penn Treebank have official test splits: nothing is held out of train.
     return lm_task_splits(spec, load_lm_dataset(spec, profile))

@@ -102,7 +102,8 @@ def stage_fetch(config: dict, out: Path) -> None:
 
         ensure_hub_reachable("Wikipedia, BookCorpus and GLUE", config["profile"])
         tokenizer = _get(config, "data.tokenizer")
-        write_json(out / "MANIFEST.json", hub_manifest(_task_specs(config), tokenizer.get("name")))
+        write_json(out / "MANIFEST.json", hub_manifest(_task_specs(config), tokenizer.get("name"),
+                                                       heldout_fraction(config)))
 
 
 def stage_corpus(config: dict, out: Path) -> None:
@@ -144,6 +145,15 @@ def stage_tokenizer(config: dict, out: Path) -> None:
     save_tokenizer(tokenizer, out, meta)
 
 
+def heldout_fraction(config: dict) -> float:
+    """``data.tasks.heldout_fraction``: the share of a hub benchmark's train split held out as our test
+    split. Unset or 0 (the paper profile): train on the full official train split and report dev, as the
+    thesis does (DESIGN §8)."""
+    from leanlm.data.hub import check_heldout_fraction
+
+    return check_heldout_fraction(_get(config, "data.tasks").get("heldout_fraction", 0.0))
+
+
 def stage_tasks(config: dict, out: Path) -> None:
     from leanlm.data.splitting import task_rng
     from leanlm.data.task_sets import cap_splits, write_task
@@ -175,7 +185,8 @@ def stage_tasks(config: dict, out: Path) -> None:
                           "split_fractions": fractions}
             rows = cap_splits(rows, max_train, max_eval, rng, renumber=True)
         else:
-            rows, provenance = HUB_TASK_LOADERS.get(spec.family)(spec, config["profile"], seed)
+            rows, provenance = HUB_TASK_LOADERS.get(spec.family)(spec, config["profile"], seed,
+                                                                 heldout_fraction(config))
             rows = cap_splits(rows, max_train, max_eval, rng, renumber=False)
         meta = write_task(out, spec, rows, config["source"], provenance)
         log.info("tasks: %s %s in %.1f s", spec.name, {s: v["rows"] for s, v in meta["splits"].items()},
