@@ -31,6 +31,11 @@ FOOTNOTE_5 = ("Token-mixing baseline of Lee-Thorp et al. (2022), the thesis's fo
               "has it: the thesis reports it per task only (Tables 3.5-3.8), and PEoP is not defined for it.")
 
 
+def averaged_epochs(config: dict) -> int:
+    """How many epoch-end checkpoints the translation runs' BLEU is the mean of (the thesis: five)."""
+    return config.get("pretrain", {}).get("translation", {}).get("average_last_epochs", 1)
+
+
 def is_extra(run: Run) -> bool:
     return run.attention in TOKEN_MIXERS
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import pandas as pd
 
 from leanlm.reporting import derived
-from leanlm.reporting.ch3_results import Block, block_summary, printed, printed_params_cells, require_named_runs
+from leanlm.reporting.ch3_results import (Block, averaged_epochs, block_summary, printed, printed_params_cells,
+                                          require_named_runs)
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.reported import load_reported
@@ -183,7 +184,8 @@ def table_3_15(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
                   Column("MHE-MUL", "BLEU↑"), Column("PRR", arrow="↑")])
     caption = (
         "MHA and MHE-MUL encoder-decoders on WMT-14 English to German across model sizes (Table 3.15): test "
-        "BLEU (one seed) and the performance retention ratio (PRR, %) of MHE-MUL against MHA, each row above the "
+        f"BLEU (one seed; the mean over the checkpoints of the last {averaged_epochs(config)} epoch(s)) and the "
+        "performance retention ratio (PRR, %) of MHE-MUL against MHA, each row above the "
         f"thesis's printed row. N: encoder + decoder layers; d_m: model width; h heads of d_h; p_drop: dropout; "
         f"#Steps: training steps. {scale_note(config, 'transformer')}. #Params counts the attention weights "
         "(self- and cross-attention) of each model."
