@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from leanlm.errors import LeanLMError
-from leanlm.reporting.ch3_results import averaged_epochs
+from leanlm.reporting.ch3_results import averaged_epochs, lm_protocol
 from leanlm.reporting.ch3_results import (
     Block,
     block_summary,
@@ -131,7 +131,7 @@ def table_3_2(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Decoder-only results: GLUE dev, WIKITEXT-103 and PENN TREEBANK test perplexity (Table 3.2)."""
     return efficiency_table(profile, config, tidy, table="table_3_2", experiment="ch3_decoder",
                             blocks=TABLE_3_2_BLOCKS, what="Decoder-only architecture on GLUE dev sets and "
-                            "language modelling test sets", landscape=True)
+                            f"language modelling test sets ({lm_protocol(config)})", landscape=True)
 
 
 @TABLES.register("table_3_3")

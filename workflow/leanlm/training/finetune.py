@@ -148,6 +148,12 @@ class TaskRunner(abc.ABC):
 
     seeded: bool = True
 
+    @classmethod
+    def is_seeded(cls, settings: dict) -> bool:
+        """Whether this family's results depend on the seed under ``settings`` (its finetune block):
+        ``seeded`` unless a runner's settings decide (the lm runner: fine-tuned or zero-shot)."""
+        return cls.seeded
+
     @abc.abstractmethod
     def __call__(self, config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
         """Fine-tune (or evaluate) and score one (task, seed): the per-task result described above."""
@@ -274,7 +280,7 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     for task in settings["tasks"]:
         # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
         runner = TASK_RUNNERS.get(family if family in TASK_RUNNERS else get_task(task).input_shape)()
-        for seed in seeds if runner.seeded else seeds[:1]:
+        for seed in seeds if runner.is_seeded(settings) else seeds[:1]:
             result = runner(config, run_id, family, task, seed, tokenizer)
             log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])
             results.append(result)
