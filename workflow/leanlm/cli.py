@@ -25,8 +25,11 @@ def _params_arg(p: argparse.ArgumentParser) -> None:
 
 def _config(args):
     from leanlm.config import load_config
+    from leanlm.data.mirror import configure_mirror
 
-    return load_config(args.params)
+    config = load_config(args.params)
+    configure_mirror(config)  # data.hub_mirror: where the hub source reads when the hub is out of reach
+    return config
 
 
 def cmd_validate(args) -> None:
@@ -102,6 +105,15 @@ def cmd_bench(args) -> None:
         write_json(args.out, report)
 
 
+def cmd_mirror(args) -> None:
+    from leanlm.data.mirror_fill import fill_mirror
+
+    record = fill_mirror(_config(args), args.out)
+    for kind, items in record["items"].items():
+        print(f"{kind}: {len(items)}" + "".join(f"\n  {item}" for item in items))
+    print(f"mirror size: {record['bytes'] / 2**30:.2f} GiB ({record['bytes']:,} bytes)")
+
+
 def cmd_export_hf(args) -> None:
     from leanlm.modeling.checkpoint import export_hf
 
@@ -164,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16")
     p.add_argument("--out", default=None, help="also write the report as JSON here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("mirror", help="fill the hub mirror (data.hub_mirror) with what the profile reads from the "
+                                      "hub, on a machine with network, and report its size")
+    _params_arg(p)
+    p.add_argument("--out", default=None, help="mirror directory (default: data.hub_mirror or $LEANLM_HUB_MIRROR)")
+    p.set_defaults(func=cmd_mirror)
 
     p = sub.add_parser("export-hf", help="export a checkpoint in a Hugging Face compatible layout")
     p.add_argument("checkpoint", help="models/<profile>/<run_id>")

@@ -47,9 +47,13 @@ HUB_CORPORA = (
 
 
 def _unreachable(what: str, profile: str, reason: str) -> DataError:
+    from leanlm.data.mirror import ENV_VAR, SETTING
+
     return DataError(
         f"profile {profile!r} uses source 'hub' ({what}), but the Hugging Face hub is unreachable "
-        f"({reason}); use the packaged source (params/smoke.yaml) or run with network"
+        f"({reason}) and no hub mirror is set; set {SETTING} in the profile (or {ENV_VAR}) to a mirror "
+        f"filled with `leanlm mirror --params params/{profile}.yaml` on a machine with network, use the "
+        f"packaged source (params/smoke.yaml), or run with network"
     )
 
 
@@ -190,7 +194,13 @@ def heldout_splits(spec: TaskSpec, train: list[tuple[Any, dict]], validation: li
 
 def load_hub_dataset(spec: TaskSpec, profile: str):
     """Download (or reuse the ``datasets`` cache of) the dataset/config named in ``spec.hub``: a
-    ``DatasetDict`` in the hub's schema. Fails at once, naming the dataset, when the hub is unreachable."""
+    ``DatasetDict`` in the hub's schema, read from the hub mirror when one is set
+    (:mod:`leanlm.data.mirror`). Fails at once, naming the dataset, when the hub is unreachable."""
+    from leanlm.data.mirror import mirrored_dataset
+
+    mirrored = mirrored_dataset(spec.hub["dataset"], spec.hub.get("config"), profile)
+    if mirrored is not None:
+        return mirrored
     what = f"{spec.hub['dataset']}/{spec.hub.get('config')}"
     ensure_hub_reachable(what, profile)
     import datasets
@@ -244,17 +254,23 @@ def _interleave(streams: list[Iterator[Document]]) -> Iterator[Document]:
 
 
 def stream_hub_corpus(profile: str) -> Iterator[Document]:
-    """Wikipedia + BookCorpus, streamed from the hub and interleaved document by document."""
+    """Wikipedia + BookCorpus, streamed from the hub (or read from the hub mirror) and interleaved
+    document by document."""
     import datasets
+
+    from leanlm.data.mirror import mirrored_corpus
 
     streams = []
     for corpus in HUB_CORPORA:
         what = f"{corpus['dataset']}" + (f"/{corpus['config']}" if corpus["config"] else "")
-        ensure_hub_reachable(what, profile)
-        try:
-            rows = datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"], streaming=True)
-        except Exception as exc:  # see load_glue
-            raise DataError(f"could not stream {what} from the Hugging Face hub: {exc}") from exc
+        rows = mirrored_corpus(corpus["dataset"], corpus["config"], corpus["split"], profile)
+        if rows is None:
+            ensure_hub_reachable(what, profile)
+            try:
+                rows = datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"],
+                                             streaming=True)
+            except Exception as exc:  # see load_glue
+                raise DataError(f"could not stream {what} from the Hugging Face hub: {exc}") from exc
         if corpus["name"] == "bookcorpus":
             streams.append(bookcorpus_documents(rows, corpus["lines_per_document"], corpus["name"]))
         else:

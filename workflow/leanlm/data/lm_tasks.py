@@ -161,8 +161,13 @@ def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
     main revision fails.
     """
     from leanlm.data.hub import ensure_hub_reachable
+    from leanlm.data.mirror import mirrored_dataset
 
     hub = spec.hub
+    splits = tuple(hub[s] for s in ("train", "validation", "test"))
+    mirrored = mirrored_dataset(hub["dataset"], hub["config"], profile, splits)
+    if mirrored is not None:
+        return {split: mirrored[split] for split in splits}
     what = f"{hub['dataset']}/{hub['config']}"
     ensure_hub_reachable(what, profile)
     import datasets

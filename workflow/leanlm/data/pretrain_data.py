@@ -166,7 +166,11 @@ def load_streaming_rows(name: str, spec: dict, profile: str):
 
     Fails at once, naming the dataset, when the hub is unreachable."""
     from leanlm.data.hub import ensure_hub_reachable
+    from leanlm.data.mirror import mirrored_corpus
 
+    mirrored = mirrored_corpus(spec["dataset"], spec.get("config"), spec["split"], profile)
+    if mirrored is not None:
+        return mirrored
     what = spec["dataset"] + (f"/{spec['config']}" if spec.get("config") else "")
     ensure_hub_reachable(f"corpus {name}: {what}", profile)
     import datasets

@@ -365,7 +365,11 @@ def squad_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str
 def load_squad(spec: TaskSpec, profile: str):
     """Download (or reuse the ``datasets`` cache of) one SQuAD version: a ``DatasetDict`` in the hub schema."""
     from leanlm.data.hub import ensure_hub_reachable
+    from leanlm.data.mirror import mirrored_dataset
 
+    mirrored = mirrored_dataset(spec.hub["dataset"], spec.hub.get("config"), profile)
+    if mirrored is not None:
+        return mirrored
     what = spec.hub["dataset"]
     ensure_hub_reachable(what, profile)
     import datasets

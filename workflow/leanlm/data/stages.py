@@ -100,7 +100,10 @@ def stage_fetch(config: dict, out: Path) -> None:
         from leanlm.data.hub import ensure_hub_reachable, hub_manifest
         from leanlm.io import write_json
 
-        ensure_hub_reachable("Wikipedia, BookCorpus and GLUE", config["profile"])
+        from leanlm.data.mirror import active_mirror
+
+        if active_mirror() is None:  # with a mirror, the later stages read it and never the network
+            ensure_hub_reachable("Wikipedia, BookCorpus and GLUE", config["profile"])
         tokenizer = _get(config, "data.tokenizer")
         write_json(out / "MANIFEST.json", hub_manifest(_task_specs(config), tokenizer.get("name"),
                                                        heldout_fraction(config)))
@@ -201,8 +204,10 @@ def run_stage(stage: str, config: dict) -> None:
 
     ``corpora`` and ``tokenizers`` prepare the profile's named pretraining data (ch. 4's SlimPajama and
     Pythia BPE: :mod:`leanlm.data.pretrain_data`)."""
+    from leanlm.data.mirror import configure_mirror
     from leanlm.data.pretrain_data import NAMED_KINDS, run_named_stage
 
+    configure_mirror(config)  # data.hub_mirror: what the hub loaders read when set
     if stage in NAMED_KINDS:
         run_named_stage(stage, config)
         return
