@@ -280,8 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    from leanlm.data.mirror import configure_mirror
+
     try:
-        run_named_stage(args.stage, load_config(args.params))
+        config = load_config(args.params)
+        configure_mirror(config)  # data.hub_mirror: the corpora and tokenizers come from it when set
+        run_named_stage(args.stage, config)
     except LeanLMError as exc:
         print(f"leanlm data {args.stage}: error: {exc}", file=sys.stderr)
         return 2
