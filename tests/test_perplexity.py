@@ -249,3 +249,23 @@ def test_paper_profile_fine_tunes_the_lm_tasks_five_times():
     for key in ("lr", "schedule", "warmup_ratio", "weight_decay", "adam_betas", "adam_eps", "batch_size", "epochs"):
         assert lm["fine_tune"][key] == glue[key], key  # Table 3.12's settings
     assert family_seeds(config, "lm", lm["tasks"]) == [0, 1, 2, 3, 4]
+
+
+def test_train_stream_is_encoded_in_chunks_and_capped(monkeypatch):
+    from leanlm.data.tokenizer import train_wordpiece
+    from leanlm.training import lm_finetune
+
+    tokenizer = train_wordpiece(lambda: TEXTS * 3, 120, lowercase=True)
+    rows = [{"idx": i, "text": TEXTS[i % 3]} for i in range(7)][::-1]  # read back in idx order
+    monkeypatch.setattr(lm_finetune, "ROWS_PER_CHUNK", 2)
+    expected = []
+    for start in range(0, 7, 2):
+        chunk = "\n\n".join(TEXTS[i % 3] for i in range(start, min(start + 2, 7)))
+        expected += tokenizer.encode(chunk, add_special_tokens=False).ids
+    stream = lm_finetune.train_stream_ids(tokenizer, rows)
+    assert stream.dtype == torch.int32 and stream.tolist() == expected
+    assert lm_finetune.train_stream_ids(tokenizer, rows, max_tokens=10).tolist() == expected[:10]
+    windows = lm_finetune.train_windows(stream, 8)
+    assert windows.shape == (len(expected) // 8, 8) and windows.flatten().tolist() == expected[: windows.numel()]
+    with pytest.raises(DataError, match="fewer than one window of 512"):
+        lm_finetune.train_windows(stream, 512)

@@ -5,7 +5,8 @@ evaluation of a pretrained model cannot have, so (DESIGN §8) each decoder is fi
 benchmark's train split once per seed, with Table 3.12's fine-tuning settings and the causal-LM loss,
 and its test perplexity is then measured with stride 256 (:mod:`leanlm.training.perplexity`).
 
-The train split's rows are one token stream (the same joining as the test stream), cut into
+The train split's rows are one token stream (the test stream's joining, encoded a chunk of rows at a
+time: WikiText-103's train split is 540 MB of text, too much for one ``encode`` call), cut into
 non-overlapping windows of ``max_length`` tokens (the last, shorter one dropped); every window is one
 training example, shuffled per epoch by the seed. Early stopping and the kept weights follow the
 validation split's strided perplexity (lower is better), evaluated every ``eval_every`` steps (null:
@@ -28,6 +29,30 @@ from leanlm.training.finetune import finetune_train_config
 from leanlm.training.text_batches import example_indices, micro_batches_per_step
 
 
+ROWS_PER_CHUNK = 2000  # rows joined and encoded together (encode_batch runs the chunks in parallel)
+ROW_SEPARATOR = "\n\n"  # as the test stream (leanlm.training.perplexity)
+
+
+def train_stream_ids(tokenizer, rows: list[dict], max_tokens: int | None = None) -> torch.Tensor:
+    """The train rows in ``idx`` order as one int32 token stream, chunk by chunk (no special tokens);
+    stops once ``max_tokens`` are there."""
+    from leanlm.training.perplexity import _plain
+
+    plain = _plain(tokenizer)
+    ordered = sorted(rows, key=lambda r: r["idx"])
+    texts = [ROW_SEPARATOR.join(r["text"] for r in ordered[i:i + ROWS_PER_CHUNK])
+             for i in range(0, len(ordered), ROWS_PER_CHUNK)]
+    pieces, count = [], 0
+    for start in range(0, len(texts), 16):
+        for encoding in plain.encode_batch(texts[start:start + 16], add_special_tokens=False):
+            pieces.append(torch.tensor(encoding.ids, dtype=torch.int32))
+            count += len(encoding.ids)
+        if max_tokens is not None and count >= max_tokens:
+            break
+    stream = torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int32)
+    return stream[:max_tokens] if max_tokens is not None else stream
+
+
 class WindowBatches:
     """``batch_at(step, micro)``: ``batch_size`` train windows from the seed's per-epoch shuffle; the
     labels are the inputs (the causal-LM head shifts them)."""
@@ -38,14 +63,12 @@ class WindowBatches:
 
     def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
         start = (step * self.per_step + micro) * self.batch_size
-        rows = self.windows[example_indices(len(self.windows), self.seed, start, self.batch_size)]
+        rows = self.windows[example_indices(len(self.windows), self.seed, start, self.batch_size)].long()
         return {"input_ids": rows, "labels": rows.clone()}
 
 
-def train_windows(token_ids: torch.Tensor, max_length: int, max_tokens: int | None = None) -> torch.Tensor:
-    """(N, max_length) non-overlapping windows of the train stream (the first ``max_tokens`` tokens)."""
-    if max_tokens is not None:
-        token_ids = token_ids[:max_tokens]
+def train_windows(token_ids: torch.Tensor, max_length: int) -> torch.Tensor:
+    """(N, max_length) non-overlapping windows of the train stream."""
     count = token_ids.numel() // max_length
     if count == 0:
         raise DataError(f"the train split tokenises to {token_ids.numel()} tokens, fewer than one window of "
@@ -53,12 +76,12 @@ def train_windows(token_ids: torch.Tensor, max_length: int, max_tokens: int | No
     return token_ids[: count * max_length].view(count, max_length)
 
 
-def fine_tune_lm(model: nn.Module, train_ids: torch.Tensor, validation_ids: torch.Tensor, settings: dict,
-                 *, task: str, run_id: str, seed: int, max_length: int, stride: int, eval_batch_size: int,
-                 scratch) -> dict:
+def fine_tune_lm(model: nn.Module, train_rows: list[dict], validation_ids: torch.Tensor, settings: dict,
+                 *, tokenizer, task: str, run_id: str, seed: int, max_length: int, stride: int,
+                 eval_batch_size: int, scratch) -> dict:
     """Fine-tune ``model`` in place (see the module docstring); returns the trainer's summary plus the
     number of train windows, the steps and the best validation metrics."""
-    windows = train_windows(train_ids, max_length, settings.get("max_train_tokens"))
+    windows = train_windows(train_stream_ids(tokenizer, train_rows, settings.get("max_train_tokens")), max_length)
     train_config = finetune_train_config(settings, task, run_id, seed, len(windows))
 
     def evaluate(m: nn.Module) -> dict:

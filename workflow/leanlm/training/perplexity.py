@@ -117,9 +117,9 @@ class PerplexityRunner(TaskRunner):
         if tuning is not None:
             seed_everything(seed)
             fine_tuned = fine_tune_lm(
-                model, stream_token_ids(tokenizer, _load_split(profile, task, "train")),
+                model, _load_split(profile, task, "train"),
                 stream_token_ids(tokenizer, _load_split(profile, task, "validation"))[: max_tokens or None],
-                tuning, task=task, run_id=run_id, seed=seed, max_length=max_length, stride=stride,
+                tuning, tokenizer=tokenizer, task=task, run_id=run_id, seed=seed, max_length=max_length, stride=stride,
                 eval_batch_size=batch_size, scratch=checkpoint / "finetune" / f"{task}-seed{seed}")
         result = strided_perplexity(model, token_ids, max_length=max_length, stride=stride, batch_size=batch_size)
         metrics = compute_all(spec.metrics, result["window_nll"], result["window_tokens"])
