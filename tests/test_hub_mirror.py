@@ -178,6 +178,7 @@ def test_fill_saves_what_the_loaders_return_in_the_hubs_schema(tmp_path, monkeyp
     seen = []
     monkeypatch.setattr(hub, "load_hub_dataset", lambda spec, profile: seen.append(mirror.active_mirror()) or _sst2())
     monkeypatch.setattr(mirror_fill, "_corpus_items", lambda config, root: [])
+    monkeypatch.setattr(mirror_fill, "_model_items", lambda config, root: [])
     record = mirror_fill.fill_mirror(config, tmp_path / "m")
     assert seen == [None]  # filling reads the hub, not the mirror being filled
     saved = datasets.load_from_disk(str(mirror.dataset_dir(tmp_path / "m", "nyu-mll/glue", "sst2")))
@@ -201,3 +202,25 @@ def test_pretraining_corpora_stream_from_the_mirror(tmp_path, offline_with):
     documents = list(hub.stream_hub_corpus("paper"))
     assert [d.doc_id for d in documents] == ["wikipedia:12", "bookcorpus:0", "wikipedia:25"]
     assert documents[1].text == "the half-ling book one . it was dark . we left ."
+
+
+def test_hub_checkpoint_runs_start_from_the_mirror(tmp_path, offline_with, monkeypatch):
+    from transformers import BertConfig, BertModel
+
+    from leanlm.config import load_config
+    from leanlm.runs import get_run
+    from leanlm.training.hub_checkpoint import HubCheckpoint
+
+    config = load_config("params/paper.yaml")
+    run = get_run(config, "ch2_hashformers-canine_c")
+    tiny = BertModel(BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=16))
+    tiny.save_pretrained(str(mirror.model_dir(tmp_path / "m", run.hub_checkpoint)))
+    monkeypatch.setenv("LEANLM_ROOT", str(tmp_path / "root"))
+    offline_with(None)
+    with pytest.raises(DataError, match="no hub mirror is set"):
+        HubCheckpoint().run(config, run)
+    offline_with(tmp_path / "m")
+    record = HubCheckpoint().run(config, run)
+    assert record["hub_checkpoint"] == "google/canine-c" and record["parameters"]["total"] == tiny.num_parameters()
+    assert (tmp_path / "root" / "models" / "paper" / run.run_id / "model.safetensors").is_file()

@@ -10,11 +10,13 @@ profile. Its contents keep the hub's own schemas, so the same mapping code reads
 - ``corpora/<dataset id>/<config or "default">/<split>/``: a streamed pretraining split (its first
   documents only when the profile caps them), also ``save_to_disk``;
 - ``tokenizers/<hub id>/``: ``save_pretrained`` of the hub tokenizer (``tokenizer.json`` etc.);
+- ``models/<hub id>/``: ``save_pretrained`` of a hub checkpoint a run starts from (CANINE-C);
 - ``MIRROR.json``: what was mirrored, from which profile, and the size.
 
 :func:`active_mirror` says where the mirror is (None when none is set); the loaders of
 :mod:`leanlm.data.hub`, :mod:`leanlm.data.squad`, :mod:`leanlm.data.lm_tasks`,
-:mod:`leanlm.data.pretrain_data` and :mod:`leanlm.data.tokenizer` read from it first and never touch
+:mod:`leanlm.data.pretrain_data`, :mod:`leanlm.data.tokenizer` and
+:mod:`leanlm.training.hub_checkpoint` read from it first and never touch
 the network then. A set mirror that lacks an item is an error naming the item and the command that
 fills it; no mirror and no network keep the fail-fast message, which names the mirror setting.
 """
@@ -79,6 +81,10 @@ def tokenizer_dir(mirror: Path, name: str) -> Path:
     return Path(mirror) / "tokenizers" / name
 
 
+def model_dir(mirror: Path, name: str) -> Path:
+    return Path(mirror) / "models" / name
+
+
 def _missing(what: str, path: Path, profile: str) -> DataError:
     return DataError(f"the hub mirror ({ENV_VAR} or {SETTING}) has no {what} at {path}; {how_to_fill(profile)}")
 
@@ -123,6 +129,17 @@ def mirrored_tokenizer(name: str, profile: str) -> Path | None:
     path = tokenizer_dir(mirror, name)
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
         raise _missing(f"tokenizer {name}", path, profile)
+    return path
+
+
+def mirrored_model(name: str, profile: str) -> Path | None:
+    """The mirrored checkpoint folder of hub id ``name`` (``config.json`` + weights), or None."""
+    mirror = active_mirror()
+    if mirror is None:
+        return None
+    path = model_dir(mirror, name)
+    if not (path / "config.json").is_file():
+        raise _missing(f"checkpoint {name}", path, profile)
     return path
 
 

@@ -7,12 +7,13 @@ Everything the profile's hub source reads is fetched through the same loaders th
   each dataset/config once, all its splits, ``DatasetDict.save_to_disk``;
 - the pretraining corpora (Wikipedia + BookCorpus for ``source: hub``, the named ``data.corpora``):
   the streamed split, its first ``max_documents`` rows where the profile caps them;
-- the hub tokenizers (``data.tokenizer`` of kind hub, ``data.tokenizers``): ``save_pretrained``.
+- the hub tokenizers (``data.tokenizer`` of kind hub, ``data.tokenizers``): ``save_pretrained``;
+- the hub checkpoints runs start from (objective ``hub``: CANINE-C): ``save_pretrained``.
 
 Items already in the mirror are kept (delete a folder to fetch it again). ``MIRROR.json`` records the
-profile, the items and the total size, which :func:`fill_mirror` also returns. lm-eval's own tasks and
-hub model checkpoints (CANINE-C) are not mirrored: lm-eval and ``transformers`` read the Hugging Face
-cache (``HF_HOME``), which a cluster can share the same way.
+profile, the items and the total size, which :func:`fill_mirror` also returns. lm-eval's own tasks are
+not mirrored: lm-eval downloads them itself into the Hugging Face cache (``HF_HOME``), which a cluster
+can share the same way.
 """
 
 from __future__ import annotations
@@ -109,6 +110,25 @@ def _tokenizer_items(config: dict, root: Path) -> list[str]:
     return items
 
 
+def _model_items(config: dict, root: Path) -> list[str]:
+    from transformers import AutoModel
+
+    from leanlm.data import hub
+    from leanlm.runs import runs
+
+    names = sorted({r.hub_checkpoint for r in runs(config)
+                    if r.objective == "hub" and r.hub_checkpoint and not Path(r.hub_checkpoint).is_dir()})
+    items = []
+    for name in names:
+        target = mirror.model_dir(root, name)
+        items.append(str(target.relative_to(root)))
+        if (target / "config.json").is_file():
+            continue
+        hub.ensure_hub_reachable(f"checkpoint {name}", config["profile"])
+        AutoModel.from_pretrained(name).save_pretrained(str(target), safe_serialization=True)
+    return items
+
+
 def fill_mirror(config: dict, out: str | Path | None = None) -> dict:
     """Fill the mirror at ``out`` (default: the active mirror setting) with what ``config`` reads from
     the hub; returns MIRROR.json's record (items and ``bytes``)."""
@@ -122,7 +142,7 @@ def fill_mirror(config: dict, out: str | Path | None = None) -> dict:
     mirror.disable_mirror()  # the loaders below must go to the hub, not to the mirror being filled
     try:
         items = {"datasets": _task_items(config, root), "corpora": _corpus_items(config, root),
-                 "tokenizers": _tokenizer_items(config, root)}
+                 "tokenizers": _tokenizer_items(config, root), "models": _model_items(config, root)}
     finally:
         mirror.configure_mirror(config)
     record = {"profile": config["profile"], "items": items, "bytes": mirror.directory_size(root)}
