@@ -24,7 +24,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from leanlm.data import hub  # noqa: E402  (after the offline switches)
 from leanlm.data.tasks import get_task  # noqa: E402
-from leanlm.errors import DataError  # noqa: E402
+from leanlm.errors import ConfigError, DataError  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +93,7 @@ def test_hub_stages_fail_fast_offline(tmp_path, monkeypatch):
 def test_glue_mapping_on_hub_schema_fixtures(config, tmp_path):
     spec = get_task(config)
     dataset = _glue_fixture(config, tmp_path)
-    splits, provenance = hub.glue_task_splits(spec, dataset, seed=13)
+    splits, provenance = hub.glue_task_splits(spec, dataset, seed=13, heldout_fraction=0.1)
     raw_train = _raw_rows(config, "train")
     raw_validation = _raw_rows(config, spec.hub["validation"])
     # validation is GLUE's dev set (MNLI: validation_matched), row for row
@@ -118,11 +118,18 @@ def test_glue_mapping_on_hub_schema_fixtures(config, tmp_path):
 def test_heldout_test_is_a_seeded_tenth_of_train():
     spec = get_task("sst2")
     rows = [{"sentence": f"sentence number {i}", "label": i % 2, "idx": i} for i in range(2000)]
-    splits, _ = hub.glue_task_splits(spec, {"train": rows, "validation": rows[:5]}, seed=13)
+    data = {"train": rows, "validation": rows[:5]}
+    splits, _ = hub.glue_task_splits(spec, data, seed=13, heldout_fraction=0.1)
     assert 150 < len(splits["test"]) < 250
-    again, _ = hub.glue_task_splits(spec, {"train": rows, "validation": rows[:5]}, seed=13)
-    other, _ = hub.glue_task_splits(spec, {"train": rows, "validation": rows[:5]}, seed=14)
+    again, _ = hub.glue_task_splits(spec, data, seed=13, heldout_fraction=0.1)
+    other, _ = hub.glue_task_splits(spec, data, seed=14, heldout_fraction=0.1)
     assert again == splits and other["test"] != splits["test"]
+    # Off (the paper profile): the full official train split, no test split.
+    full, provenance = hub.glue_task_splits(spec, data, seed=13, heldout_fraction=0.0)
+    assert full["train"] == splits["train"] + splits["test"] or sorted(r["idx"] for r in full["train"]) == list(range(2000))
+    assert full["test"] == [] and "full official split" in provenance["train"]
+    with pytest.raises(ConfigError, match="heldout_fraction=1.0"):
+        hub.glue_task_splits(spec, data, seed=13, heldout_fraction=1.0)
 
 
 def test_hidden_labels_and_missing_columns(tmp_path):
@@ -133,7 +140,7 @@ def test_hidden_labels_and_missing_columns(tmp_path):
     with pytest.raises(DataError, match=r"no column 'premise'.*glue\.mnli\.hub.*columns: sentence1"):
         hub.map_glue_rows(spec, [{"sentence1": "a", "sentence2": "b", "label": 0, "idx": 0}])
     with pytest.raises(DataError, match="no split 'validation_matched'"):
-        hub.glue_task_splits(spec, {"train": []}, seed=1)
+        hub.glue_task_splits(spec, {"train": []}, seed=1, heldout_fraction=0.0)
 
 
 def test_hub_tasks_stage_writes_the_task_sets(tmp_path, monkeypatch):
@@ -153,8 +160,10 @@ def test_hub_tasks_stage_writes_the_task_sets(tmp_path, monkeypatch):
     for name in GLUE:
         meta = json.loads((tmp_path / "data" / "paper" / "tasks" / name / "META.json").read_text())
         assert meta["source"] == "hub" and meta["provenance"]["dataset"] == "nyu-mll/glue"
-        total = meta["splits"]["train"]["rows"] + meta["splits"]["test"]["rows"]
-        assert total == len(_raw_rows(name, "train"))
+        # The paper profile fine-tunes on the full official train split, as the thesis does (DESIGN §8).
+        assert meta["splits"]["test"]["rows"] == 0
+        assert meta["splits"]["train"]["rows"] == len(_raw_rows(name, "train"))
+        assert meta["provenance"]["train"] == f"{get_task(name).hub['train']} (the full official split)"
         rows = (tmp_path / "data" / "paper" / "tasks" / name / "validation.jsonl").read_text().splitlines()
         assert len(rows) == meta["splits"]["validation"]["rows"] == len(_raw_rows(name, get_task(name).hub["validation"]))
         assert set(json.loads(rows[0])) == {"idx", "text_a", "text_b", "label"}

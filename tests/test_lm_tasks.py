@@ -74,7 +74,7 @@ def test_standins_hold_only_text_the_corpus_held_out(packaged):
         assert len(texts) == len(set(texts))  # no document in two splits
         # Every held-out document of those sources is used (the cap of 400 rows is not reached).
         assert sorted(texts) == sorted(t for t, s in held_out.items() if s in sources)
-        assert len(rows["train"]) == 1 and rows["validation"] and len(rows["test"]) >= len(rows["validation"])
+        assert rows["validation"] and len(rows["train"]) >= len(rows["test"]) >= len(rows["validation"])
         assert all(set(r) == {"idx", "text"} for split_rows in rows.values() for r in split_rows)
         meta = json.loads((packaged["data"] / "tasks" / task / "META.json").read_text())
         assert meta["source"] == "packaged" and meta["splits"]["test"]["labels"] == {}
@@ -89,11 +89,12 @@ def test_standins_are_deterministic(packaged):
     assert (packaged["data"] / "tasks" / "ptb" / "test.jsonl").read_bytes() == before
 
 
-def test_train_takes_the_shortest_document_and_splits_need_three():
+def test_documents_are_dealt_by_hash_and_splits_need_three():
     docs = [{"doc_id": f"d{i}", "text": "word " * (10 + i)} for i in range(11)]
     dealt = lm_tasks.deal_documents(docs, seed=13, task="ptb")
-    assert [d["doc_id"] for d in dealt["train"]] == ["d0"]
-    assert len(dealt["validation"]) == 2 and len(dealt["test"]) == 8
+    # The decoders are fine-tuned on train (DESIGN §8): it is a real share, not one document.
+    assert (len(dealt["train"]), len(dealt["validation"]), len(dealt["test"])) == (7, 1, 3)
+    assert sorted(d["doc_id"] for split in dealt.values() for d in split) == sorted(d["doc_id"] for d in docs)
     assert lm_tasks.deal_documents(docs, seed=13, task="ptb") == dealt
     # The ranking is a hash of the seed: other seeds deal other validation documents.
     assert len({tuple(d["doc_id"] for d in lm_tasks.deal_documents(docs, seed, "ptb")["validation"])
@@ -109,8 +110,7 @@ def test_too_few_documents_are_cut_at_paragraph_boundaries():
     assert [u["doc_id"] for u in units] == ["wikipedia:A#1", "wikipedia:A#2", "wikipedia:B"]
     assert units[0]["text"] + "\n" + units[1]["text"] == docs[0]["text"]  # contiguous, nothing lost
     dealt = lm_tasks.deal_documents(docs, seed=13, task="wikitext103")
-    assert [d["doc_id"] for d in dealt["train"]] == ["wikipedia:B"]
-    assert len(dealt["validation"]) == len(dealt["test"]) == 1
+    assert len(dealt["train"]) == len(dealt["validation"]) == len(dealt["test"]) == 1
     assert lm_tasks.split_into_units(docs + [{"doc_id": "x", "text": "y"}]) == \
         docs + [{"doc_id": "x", "text": "y"}]  # three already: nothing is cut
 
@@ -128,11 +128,14 @@ def test_standin_without_a_corpus_says_which_stage_to_run(tmp_path):
 # Rows in the hub's schemas: WikiText-103 raw lines (blank lines and " = Heading = " lines included),
 # the Penn Treebank's text-only sentences.
 WIKITEXT_ROWS = {
+    "train": ["", " = Valkyria Chronicles III = \n", "", " Senjō no Valkyria 3 : Unrecorded Chronicles is a game . \n"],
     "validation": ["", " = Valkyria Chronicles = \n", "", " Senjō no Valkyria is a tactical role playing game . \n"],
     "test": ["", " = Robert Boulter = \n", "", " Robert Boulter is an English film and television actor . \n",
              "", " = = Career = = \n", "", " In 2000 Boulter had a guest role in The Bill . \n"],
 }
 PTB_ROWS = {
+    "train": [" aer banknote berlitz calloway centrust cluett fromstein gitano guterman",
+              " pierre <unk> N years old will join the board as a nonexecutive director nov. N"],
     "validation": [" consumers may want to move their telephones a little closer to the tv set"],
     "test": [" no it was n't black monday", " but while the new york stock exchange did n't fall apart",
              " the dow jones industrials closed at N"],
@@ -153,11 +156,11 @@ def _hub_fixture(tmp_path: Path, column: str, rows: dict) -> object:
 def test_wikitext_mapping_on_hub_schema_rows(tmp_path):
     spec = get_task("wikitext103")
     splits, provenance = lm_tasks.lm_task_splits(spec, _hub_fixture(tmp_path, "text", WIKITEXT_ROWS))
-    assert splits["train"] == []
-    for split, texts in WIKITEXT_ROWS.items():
+    for split, texts in WIKITEXT_ROWS.items():  # train too: the decoders are fine-tuned on it
         # Blank rows dropped; idx is the position in the hub split; text verbatim.
         assert splits[split] == [{"idx": i, "text": t} for i, t in enumerate(texts) if t.strip()]
-    assert provenance["blank_rows_dropped"] == {"validation": 2, "test": 4}
+    assert provenance["blank_rows_dropped"] == {"train": 2, "validation": 2, "test": 4}
+    assert provenance["train"] == "train"
     assert provenance["dataset"] == "Salesforce/wikitext" and provenance["test"] == "test"
 
 
@@ -166,11 +169,14 @@ def test_ptb_mapping_and_schema_errors(tmp_path):
     splits, _ = lm_tasks.lm_task_splits(spec, _hub_fixture(tmp_path, "sentence", PTB_ROWS))
     assert [r["text"] for r in splits["test"]] == PTB_ROWS["test"]
     with pytest.raises(DataError, match=r"no column 'sentence'.*lm\.ptb\.hub\.text.*columns: text"):
-        lm_tasks.lm_task_splits(spec, {"validation": [{"text": "a"}], "test": [{"text": "b"}]})
+        lm_tasks.lm_task_splits(spec, {"train": [{"text": "a"}], "validation": [{"text": "a"}], "test": [{"text": "b"}]})
     with pytest.raises(DataError, match="has no split 'validation'"):
-        lm_tasks.lm_task_splits(spec, {"test": [{"sentence": "a"}]})
+        lm_tasks.lm_task_splits(spec, {"train": [{"sentence": "a"}], "test": [{"sentence": "a"}]})
+    with pytest.raises(DataError, match="has no split 'train'"):
+        lm_tasks.lm_task_splits(spec, {"validation": [{"sentence": "a"}], "test": [{"sentence": "a"}]})
     with pytest.raises(DataError, match="split 'test' has no text"):
-        lm_tasks.lm_task_splits(spec, {"validation": [{"sentence": "a"}], "test": [{"sentence": " "}]})
+        lm_tasks.lm_task_splits(spec, {"train": [{"sentence": "a"}], "validation": [{"sentence": "a"}],
+                                       "test": [{"sentence": " "}]})
 
 
 def test_hub_loader_fails_fast_offline(monkeypatch):
@@ -197,8 +203,7 @@ def test_hub_tasks_stage_writes_the_lm_sets(tmp_path, monkeypatch):
     for name, (_, rows) in fixtures.items():
         task_dir = tmp_path / "data" / "paper" / "tasks" / name
         meta = json.loads((task_dir / "META.json").read_text())
-        assert meta["source"] == "hub" and meta["splits"]["train"]["rows"] == 0
-        assert _jsonl(task_dir / "train.jsonl") == []
+        assert meta["source"] == "hub" and meta["splits"]["train"]["rows"] == len([t for t in rows["train"] if t.strip()])
         test = _jsonl(task_dir / "test.jsonl")
         assert [r["text"] for r in test] == [t for t in rows["test"] if t.strip()]
         assert [r["idx"] for r in test] == sorted(r["idx"] for r in test)  # stream order kept

@@ -1,5 +1,7 @@
 """Tables 3.11 and 3.12: the hyperparameters, rendered from the profile's params file alone."""
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -53,6 +55,22 @@ def test_hyperparameter_tables_are_the_profiles_values(scratch_root, profile):
         assert t312.loc["Evaluation steps", "glue"] == "2455 for MNLI, 655 for QNLI, 2275 for QQP, 48 for RTE, " \
                                                        "421 for SST, 69 for MRPC, 162 for CoLA, 108 for STS"
         assert t312.loc["Warmup steps", "glue"] == "first 6% steps"
+        # SQuAD warms up for the thesis's printed step counts (Table 3.12), not 6% of our step count
+        assert t312.loc["Warmup steps", "squad"] == "3327 for SQUAD v1.1, 4950 for SQUAD v2.0"
+        assert t312.loc["Warmup steps", "squad_setting"] == "finetune.squad.warmup_steps"
+
+
+def test_squad_warmup_is_the_printed_step_count():
+    from leanlm.training.finetune import finetune_train_config
+
+    config = load_config("params/paper.yaml")
+    squad, glue = config["finetune"]["squad"], config["finetune"]["glue"]
+    # SQuAD v1.1's full train split is ~88.5k windows of 384 tokens (stride 128): 2,767 steps of 32 per epoch
+    v1 = finetune_train_config(squad, "squad_v1", "run", 0, 88_524)
+    assert (v1.warmup_steps, v1.total_steps) == (3327, 20 * 2767)
+    assert finetune_train_config(squad, "squad_v2", "run", 0, 131_754).warmup_steps == 4950
+    # GLUE keeps the 6% rule, derived from the (full) train split
+    assert finetune_train_config(glue, "rte", "run", 0, 2490).warmup_steps == math.ceil(0.06 * 20 * 78)
 
 
 def test_fmt_value_writes_numbers_as_the_thesis():

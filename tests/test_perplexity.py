@@ -196,3 +196,74 @@ def test_runner_refuses_a_model_that_is_no_causal_lm(scratch_root):
     with pytest.raises(ConfigError, match="perplexity of a causal LM.*ch3_encoder-mha.*no 'causal_lm' model"):
         PerplexityRunner()({"profile": "smoke", "finetune": {"lm": {"stride": 4}}}, "ch3_encoder-mha", "lm", "ptb",
                            0, tokenizer)
+
+
+# Table 3.12's fine-tuning settings, at this scale (DESIGN §8: the lm tasks are fine-tuned, five seeds).
+FINE_TUNE = dict(epochs=3, batch_size=2, lr=1e-2, schedule="cosine_with_hard_restarts", warmup_ratio=0.06,
+                 weight_decay=0.0, adam_betas=[0.9, 0.999], adam_eps=1e-6, clip_norm=1.0, eval_every=None,
+                 early_stopping_patience=None)
+
+
+def test_runner_fine_tunes_on_the_train_split_per_seed(scratch_root):
+    from leanlm import paths
+    from leanlm.io import write_jsonl
+    from leanlm.runners.lm import PerplexityRunner
+    from leanlm.training.finetune import TASK_RUNNERS
+
+    tokenizer, _ = _project(scratch_root)
+    tasks = paths.data_dir("smoke") / "tasks" / "ptb"
+    write_jsonl(tasks / "train.jsonl", [{"idx": i, "text": TEXTS[i % 3]} for i in range(12)])
+    write_jsonl(tasks / "validation.jsonl", [{"idx": 0, "text": TEXTS[2]}, {"idx": 1, "text": TEXTS[0]}])
+    zero_shot = {"tasks": ["ptb"], "stride": 4, "max_length": 8, "batch_size": 2}
+    tuned = {**zero_shot, "fine_tune": FINE_TUNE}
+    runner = TASK_RUNNERS.get("lm")()
+    # Fine-tuning depends on the seed (five runs in the paper profile); zero-shot evaluation does not.
+    assert PerplexityRunner.is_seeded(tuned) and not PerplexityRunner.is_seeded(zero_shot)
+    before = (paths.models_dir("smoke") / "ch3_decoder-mha" / "model.safetensors").read_bytes()
+    base = runner({"profile": "smoke", "finetune": {"lm": zero_shot}}, "ch3_decoder-mha", "lm", "ptb", 0, tokenizer)
+    first = runner({"profile": "smoke", "finetune": {"lm": tuned}}, "ch3_decoder-mha", "lm", "ptb", 0, tokenizer)
+    second = runner({"profile": "smoke", "finetune": {"lm": tuned}}, "ch3_decoder-mha", "lm", "ptb", 1, tokenizer)
+    assert base["fine_tuned"] is False and first["fine_tuned"] is True
+    train_tokens = len(tokenizer.encode("\n\n".join(TEXTS[i % 3] for i in range(12)), add_special_tokens=False).ids)
+    windows = train_tokens // 8  # non-overlapping windows of max_length tokens
+    assert first["train_windows"] == windows and first["steps"] == 3 * math.ceil(windows / 2)
+    assert set(first["validation_metrics"]) == {"perplexity"}
+    assert first["primary"] < base["primary"]  # it learnt the benchmark's text
+    assert first["primary"] != second["primary"]  # another seed, another data order
+    assert first["stride"] == 4 and first["split"] == "test"
+    # every seed starts from the pretrained model, which stays as it was
+    assert (paths.models_dir("smoke") / "ch3_decoder-mha" / "model.safetensors").read_bytes() == before
+    assert not (paths.models_dir("smoke") / "ch3_decoder-mha" / "finetune" / "ptb-seed0").exists()
+
+
+def test_paper_profile_fine_tunes_the_lm_tasks_five_times():
+    from leanlm.config import load_config
+    from leanlm.reporting.ch3.results import family_seeds
+
+    config = load_config("params/paper.yaml")
+    lm = config["finetune"]["lm"]
+    glue = config["finetune"]["glue"]
+    assert lm["stride"] == 256 and lm["fine_tune"] is not None
+    for key in ("lr", "schedule", "warmup_ratio", "weight_decay", "adam_betas", "adam_eps", "batch_size", "epochs"):
+        assert lm["fine_tune"][key] == glue[key], key  # Table 3.12's settings
+    assert family_seeds(config, "lm", lm["tasks"]) == [0, 1, 2, 3, 4]
+
+
+def test_train_stream_is_encoded_in_chunks_and_capped(monkeypatch):
+    from leanlm.data.tokenizer import train_wordpiece
+    from leanlm.training import lm_finetune
+
+    tokenizer = train_wordpiece(lambda: TEXTS * 3, 120, lowercase=True)
+    rows = [{"idx": i, "text": TEXTS[i % 3]} for i in range(7)][::-1]  # read back in idx order
+    monkeypatch.setattr(lm_finetune, "ROWS_PER_CHUNK", 2)
+    expected = []
+    for start in range(0, 7, 2):
+        chunk = "\n\n".join(TEXTS[i % 3] for i in range(start, min(start + 2, 7)))
+        expected += tokenizer.encode(chunk, add_special_tokens=False).ids
+    stream = lm_finetune.train_stream_ids(tokenizer, rows)
+    assert stream.dtype == torch.int32 and stream.tolist() == expected
+    assert lm_finetune.train_stream_ids(tokenizer, rows, max_tokens=10).tolist() == expected[:10]
+    windows = lm_finetune.train_windows(stream, 8)
+    assert windows.shape == (len(expected) // 8, 8) and windows.flatten().tolist() == expected[: windows.numel()]
+    with pytest.raises(DataError, match="fewer than one window of 512"):
+        lm_finetune.train_windows(stream, 512)

@@ -276,7 +276,7 @@ def test_hub_mapping_on_a_fixture(tmp_path):
     dataset = datasets.load_dataset("json", data_files=files, cache_dir=str(tmp_path))
     raw = {split: _jsonl(FIXTURES / f"{split}.jsonl") for split in files}
     spec = get_task("squad_v2")
-    splits, provenance = squad_task_splits(spec, dataset, seed=13)
+    splits, provenance = squad_task_splits(spec, dataset, seed=13, heldout_fraction=0.1)
     # validation is the dev set row for row, every gold answer kept
     assert [(r["idx"], r["question"], r["answers"]) for r in splits["validation"]] == [
         (i, r["question"], r["answers"]) for i, r in enumerate(raw["validation"])]
@@ -296,9 +296,14 @@ def test_hub_mapping_on_a_fixture(tmp_path):
         check_rows(spec, split, rows)
     # a larger train: the held-out test is about a tenth of the articles, the same for the same seed
     many = [{**raw["train"][0], "title": f"article {i}"} for i in range(1000)]
-    test = squad_task_splits(spec, {"train": many, "validation": raw["validation"]}, seed=13)[0]["test"]
+    data = {"train": many, "validation": raw["validation"]}
+    test = squad_task_splits(spec, data, seed=13, heldout_fraction=0.1)[0]["test"]
     assert 60 < len(test) < 140
-    assert test == squad_task_splits(spec, {"train": many, "validation": raw["validation"]}, seed=13)[0]["test"]
+    assert test == squad_task_splits(spec, data, seed=13, heldout_fraction=0.1)[0]["test"]
+    # Off (the paper profile, as the thesis): every article of the official train split is trained on.
+    full, provenance = squad_task_splits(spec, data, seed=13, heldout_fraction=0.0)
+    assert full["test"] == [] and len(full["train"]) == 1000
+    assert provenance["train"] == "train (the full official split)"
 
 
 def test_hub_loader_fails_fast_offline(monkeypatch):
@@ -307,7 +312,7 @@ def test_hub_loader_fails_fast_offline(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     import_task_modules()
     with pytest.raises(DataError, match="rajpurkar/squad_v2.*unreachable"):
-        HUB_TASK_LOADERS.get("squad")(get_task("squad_v2"), "paper", 13)
+        HUB_TASK_LOADERS.get("squad")(get_task("squad_v2"), "paper", 13, 0.0)
 
 
 # --- the model and a tiny end-to-end runner call ---------------------------------------------------------
@@ -358,3 +363,7 @@ def test_tiny_end_to_end_runner(project, monkeypatch, tokenizer):
         assert result["train_features"] > result["train_examples"] == 30  # long passages: several windows
         assert result["null_answers"] == (task == "squad_v2")
         assert not (project["root"] / "models" / "smoke" / "tiny-run" / "finetune" / f"{task}-seed0").exists()
+    # No hold-out (the paper profile: the full official train split): no test split, no test score.
+    (project["root"] / "data" / "smoke" / "tasks" / "squad_v1" / "test.jsonl").write_text("")
+    result = runner(project["config"], "tiny-run", "squad", "squad_v1", 0, tokenizer)
+    assert set(result["metrics"]) == {"squad_f1", "squad_em"} and result["test_metrics"] is None

@@ -110,7 +110,7 @@ def test_hub_mapping_gives_the_row_contract(task):
     spec = get_task(task)
     assert spec.hub["config"] == CONFIG_OF[task]
     dataset = {split: _rows(CONFIG_OF[task], split) for split in ("train", "validation", "test")}
-    splits, provenance = superglue_task_splits(spec, dataset, seed=13)
+    splits, provenance = superglue_task_splits(spec, dataset, seed=13, heldout_fraction=0.1)
     for split, rows in splits.items():
         check_rows(spec, split, rows)
     assert len(splits["train"]) + len(splits["test"]) == len(dataset["train"])
@@ -146,7 +146,7 @@ def test_multirc_held_out_by_paragraph():
     train = _rows("multirc", "train")
     sides = set()
     for seed in range(40):
-        splits, _ = superglue_task_splits(spec, {"train": train, "validation": []}, seed)
+        splits, _ = superglue_task_splits(spec, {"train": train, "validation": []}, seed, heldout_fraction=0.1)
         for split in ("train", "test"):
             paragraphs = {row["text_a"] for row in splits[split]}
             other = {row["text_a"] for row in splits["test" if split == "train" else "train"]}
@@ -171,7 +171,7 @@ def test_hub_rows_through_datasets_json_loader(tmp_path):
 
     files = {s: str(FIXTURES / "multirc" / f"{s}.jsonl") for s in ("train", "validation")}
     dataset = datasets.load_dataset("json", data_files=files, cache_dir=str(tmp_path))
-    splits, _ = superglue_task_splits(get_task("multirc"), dataset, seed=13)
+    splits, _ = superglue_task_splits(get_task("multirc"), dataset, seed=13, heldout_fraction=0.1)
     assert [row["group"] for row in splits["validation"]] == ["0-0", "0-0", "0-0", "0-1"]
 
 
@@ -180,7 +180,7 @@ def test_family_loader_is_registered_and_fails_fast_offline():
 
     import_task_modules()
     with pytest.raises(DataError, match="profile 'paper' uses source 'hub' \\(aps/super_glue/wsc.fixed\\)"):
-        HUB_TASK_LOADERS.get("superglue")(get_task("wsc"), "paper", 13)
+        HUB_TASK_LOADERS.get("superglue")(get_task("wsc"), "paper", 13, 0.0)
 
 
 # --- packaged stand-ins --------------------------------------------------------------------------
@@ -371,7 +371,8 @@ def test_multiple_choice_model_takes_over_the_pretrained_encoder(scratch_root):
     assert torch.equal(model.encoder.layers[0].intermediate.weight, mlm.encoder.layers[0].intermediate.weight)
 
 
-def test_copa_runner_end_to_end(scratch_root):
+@pytest.mark.parametrize("held_out", [True, False])
+def test_copa_runner_end_to_end(scratch_root, held_out):
     from leanlm.training.finetune import TASK_RUNNERS
 
     rng = random.Random(0)
@@ -385,7 +386,7 @@ def test_copa_runner_end_to_end(scratch_root):
                 "choices": [wrong, right] if label else [right, wrong], "label": label}
 
     rows = {"train": [row(i) for i in range(48)], "validation": [row(i) for i in range(16)],
-            "test": [row(i) for i in range(8)]}
+            "test": [row(i) for i in range(8)] if held_out else []}
     _write_task("copa", rows)
     tokenizer = _tokenizer([f"the {t} broke so the {t} was fixed what happened as a result" for t in things])
     _pretrained(scratch_root, tokenizer, "tiny")
@@ -393,7 +394,10 @@ def test_copa_runner_end_to_end(scratch_root):
     config = {"profile": "smoke", "finetune": {"superglue": SETTINGS}}
     result = runner(config, "tiny", "superglue", "copa", 0, tokenizer)
     assert result["task"] == "copa" and result["primary_metric"] == "accuracy"
-    assert set(result["metrics"]) == set(result["test_metrics"]) == {"accuracy"}
+    if held_out:
+        assert set(result["metrics"]) == set(result["test_metrics"]) == {"accuracy"}
+    else:  # the paper profile trains on the full train split: no test split, no test score
+        assert set(result["metrics"]) == {"accuracy"} and result["test_metrics"] is None
     assert 0.0 <= result["primary"] <= 1.0 and result["steps"] == 3 * 6
     assert (result["train_examples"], result["validation_examples"]) == (48, 16)
     assert not (paths.models_dir("smoke") / "tiny" / "finetune" / "copa-seed0").exists()  # scratch removed

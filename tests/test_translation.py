@@ -305,7 +305,8 @@ def test_tiny_train_and_translate(scratch_root):
         "pretrain": {"translation": dict(steps=60, batch_size=16, grad_accum=1, seq_len=24, vocab_size=120,
                                          lr=3e-3, schedule="inverse_sqrt", warmup_steps=10, weight_decay=0.0,
                                          adam_betas=[0.9, 0.98], adam_eps=1e-9, label_smoothing=0.1,
-                                         clip_norm=1.0, checkpoint_every=None, validation_rows=16)},
+                                         clip_norm=1.0, checkpoint_every=None, validation_rows=16,
+                                         average_last_epochs=3)},
         "finetune": {"translation": dict(tasks=["wmt14"], beam_size=2, length_penalty=0.6, max_length=20,
                                          batch_size=8, max_examples=12)},
     }
@@ -327,3 +328,12 @@ def test_tiny_train_and_translate(scratch_root):
     assert result["primary_metric"] == "bleu" and 0.0 <= result["primary"] <= 1.0
     assert result["test_examples"] == 12 and len(result["examples"]) == 5
     assert result["bleu_signature"].startswith("nrefs:1")
+    # The thesis's protocol (§3.4.4): BLEU averaged over the checkpoints of the last five epochs (here
+    # three). 120 pairs in batches of 16 are 8 steps an epoch; 60 steps end epochs 6, 7 and the partial 8th.
+    checkpoints = result["checkpoints"]
+    assert [(c["epoch"], c["step"]) for c in checkpoints] == [(6, 48), (7, 56), (8, 60)]
+    assert result["metrics"]["bleu"] == pytest.approx(sum(c["bleu"] for c in checkpoints) / 3)
+    assert result["primary"] == result["metrics"]["bleu"] and result["averaged_checkpoints"] == 3
+    assert sorted(p.name for p in (model_dir / "epochs").iterdir()) == ["EPOCHS.json", "epoch-6", "epoch-7"]
+    listed = json.loads((model_dir / "epochs" / "EPOCHS.json").read_text())["checkpoints"]
+    assert [c["dir"] for c in listed] == ["epochs/epoch-6", "epochs/epoch-7", "."]  # the last: the run's model

@@ -25,8 +25,11 @@ def _params_arg(p: argparse.ArgumentParser) -> None:
 
 def _config(args):
     from leanlm.config import load_config
+    from leanlm.data.mirror import configure_mirror
 
-    return load_config(args.params)
+    config = load_config(args.params)
+    configure_mirror(config)  # data.hub_mirror: where the hub source reads when the hub is out of reach
+    return config
 
 
 def cmd_validate(args) -> None:
@@ -123,6 +126,15 @@ def cmd_budget(args) -> None:
         write_text(args.out, budget_mod.to_json(result))
 
 
+def cmd_mirror(args) -> None:
+    from leanlm.data.mirror_fill import fill_mirror
+
+    record = fill_mirror(_config(args), args.out)
+    for kind, items in record["items"].items():
+        print(f"{kind}: {len(items)}" + "".join(f"\n  {item}" for item in items))
+    print(f"mirror size: {record['bytes'] / 2**30:.2f} GiB ({record['bytes']:,} bytes)")
+
+
 def cmd_export_hf(args) -> None:
     from leanlm.modeling.checkpoint import export_hf
 
@@ -194,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mean tokens per fine-tuning example (batches pad to the longest in the batch)")
     p.add_argument("--out", default=None, help="also write the per-run numbers as JSON here")
     p.set_defaults(func=cmd_budget)
+
+
+    p = sub.add_parser("mirror", help="fill the hub mirror (data.hub_mirror) with what the profile reads from the "
+                                      "hub, on a machine with network, and report its size")
+    _params_arg(p)
+    p.add_argument("--out", default=None, help="mirror directory (default: data.hub_mirror or $LEANLM_HUB_MIRROR)")
+    p.set_defaults(func=cmd_mirror)
 
     p = sub.add_parser("export-hf", help="export a checkpoint in a Hugging Face compatible layout")
     p.add_argument("checkpoint", help="models/<profile>/<run_id>")

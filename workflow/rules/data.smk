@@ -9,8 +9,9 @@ from leanlm.runs import named_pretrain_data
 
 # Named pretraining data (data.corpora, data.tokenizers: ch. 4's SlimPajama and Pythia BPE) is left out
 # of DATA_PARAMS: only the runs that read it take it as params (run_data_params), so changing it reruns
-# those runs and nothing else.
-DATA_PARAMS = {"source": CFG["source"], "data": {k: v for k, v in CFG["data"].items() if k not in NAMED_KINDS},
+# those runs and nothing else. data.hub_mirror is where the hub's data is read from, not what it is.
+DATA_PARAMS = {"source": CFG["source"],
+               "data": {k: v for k, v in CFG["data"].items() if k not in NAMED_KINDS and k != "hub_mirror"},
                "tasks": {f: s["tasks"] for f, s in CFG["finetune"].items()}}
 DATA_DIRS = [f"data/{PROFILE}/{d}" for d in ("raw", "corpus", "tokenizer", "tasks")]
 NAMED_DATA = {kind: CFG["data"].get(kind) or {} for kind in NAMED_KINDS}

@@ -7,8 +7,10 @@ Schema mapping is kept apart from downloading: :func:`map_glue_rows`, :func:`glu
 :func:`ensure_hub_reachable` first, which fails at once (not after 20+ s of retries) when
 ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` is set or huggingface.co cannot be reached.
 
-Splits: "validation" is GLUE's dev set (MNLI: validation_matched), where the thesis reports; GLUE's
-test labels are hidden, so "test" is a held-out slice (:data:`HELDOUT_FRACTION`) of GLUE train,
+Splits: "validation" is GLUE's dev set (MNLI: validation_matched), where the thesis reports. As the
+thesis, "train" is the full official train split and "test" is empty (``data.tasks.heldout_fraction``
+0, the paper profile; DESIGN §8). GLUE's test labels are hidden, so a profile that wants a test score
+sets a fraction (:data:`HELDOUT_FRACTION` is the usual 10%): "test" is then that slice of GLUE train,
 chosen by hashing the seed, the task and the row's idx, and "train" is the rest.
 """
 
@@ -24,13 +26,13 @@ from leanlm.data.sources import Document
 from leanlm.data.splitting import unit_interval
 from leanlm.data.tasks import TaskSpec
 from leanlm.data.text import clean_text
-from leanlm.errors import DataError
+from leanlm.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
 HUB_HOST = ("huggingface.co", 443)
 CONNECT_TIMEOUT_S = 3.0
-HELDOUT_FRACTION = 0.1
+HELDOUT_FRACTION = 0.1  # the usual hold-out when a profile turns one on (data.tasks.heldout_fraction)
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 _reachable = False  # remembered per process once a connection succeeded
 
@@ -45,9 +47,13 @@ HUB_CORPORA = (
 
 
 def _unreachable(what: str, profile: str, reason: str) -> DataError:
+    from leanlm.data.mirror import ENV_VAR, SETTING
+
     return DataError(
         f"profile {profile!r} uses source 'hub' ({what}), but the Hugging Face hub is unreachable "
-        f"({reason}); use the packaged source (params/smoke.yaml) or run with network"
+        f"({reason}) and no hub mirror is set; set {SETTING} in the profile (or {ENV_VAR}) to a mirror "
+        f"filled with `leanlm mirror --params params/{profile}.yaml` on a machine with network, use the "
+        f"packaged source (params/smoke.yaml), or run with network"
     )
 
 
@@ -117,16 +123,19 @@ def map_glue_rows(spec: TaskSpec, rows: Iterable[Mapping[str, Any]]) -> tuple[li
     return out, hidden
 
 
-def glue_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]], seed: int) -> tuple[dict, dict]:
+def glue_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]], seed: int,
+                     heldout_fraction: float) -> tuple[dict, dict]:
     """train/validation/test rows of one GLUE task from a hub ``DatasetDict`` (or a dict of row lists).
 
     Returns (splits, provenance): where each split came from and how many hidden-label rows were dropped.
+    ``heldout_fraction`` of train becomes "test" (0: none, the full official train split is trained on).
     """
     require_splits(spec, dataset)
     train_rows, hidden_train = map_glue_rows(spec, dataset[spec.hub["train"]])
     validation, hidden_validation = map_glue_rows(spec, dataset[spec.hub["validation"]])
     return heldout_splits(spec, [(row["idx"], row) for row in train_rows], validation, seed,
-                          hidden_train + hidden_validation, unit="idx", benchmark="GLUE")
+                          hidden_train + hidden_validation, unit="idx", benchmark="GLUE",
+                          heldout_fraction=heldout_fraction)
 
 
 def require_splits(spec: TaskSpec, dataset: Mapping[str, Any]) -> None:
@@ -137,26 +146,47 @@ def require_splits(spec: TaskSpec, dataset: Mapping[str, Any]) -> None:
                             f"splits: {', '.join(dataset)}")
 
 
+def check_heldout_fraction(fraction: float) -> float:
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+        raise ConfigError(f"data.tasks.heldout_fraction={fraction!r} must be a number in [0, 1) "
+                          f"(0: train on the full official train split, as the thesis)")
+    return float(fraction)
+
+
+def is_held_out(seed: int, task: str, unit: Any, fraction: float) -> bool:
+    """Whether a train ``unit`` (row idx, MultiRC paragraph, SQuAD article) goes to the held-out test split."""
+    return fraction > 0 and unit_interval(seed, task, "heldout", unit) < fraction
+
+
+def heldout_provenance(train_split: str, fraction: float, unit: str, benchmark: str) -> dict:
+    """What META.json says about train and test: the full split, or the split minus a hashed slice."""
+    if fraction == 0:
+        return {"train": f"{train_split} (the full official split)",
+                "test": f"none: no hold-out (data.tasks.heldout_fraction 0); {benchmark} test labels are hidden"}
+    return {"train": f"{train_split} minus the held-out {fraction:.0%}",
+            "test": (f"held-out {fraction:.0%} of {train_split} (hash of seed, task, {unit}); "
+                     f"{benchmark} test labels are hidden")}
+
+
 def heldout_splits(spec: TaskSpec, train: list[tuple[Any, dict]], validation: list[dict], seed: int,
-                   hidden: int, unit: str, benchmark: str) -> tuple[dict, dict]:
+                   hidden: int, unit: str, benchmark: str, heldout_fraction: float) -> tuple[dict, dict]:
     """Benchmark rows -> (train, validation, test) splits and their provenance.
 
-    The benchmark's test labels are hidden, so its validation split is kept as ours and our test
-    split is a held-out slice of its train split: the rows whose ``unit`` (idx, or a paragraph for
-    MultiRC so no passage straddles two splits) hashes, with the seed and task, below HELDOUT_FRACTION.
+    The benchmark's test labels are hidden, so its validation split is kept as ours (where the thesis
+    reports). Our test split is empty (``heldout_fraction`` 0: train is the full official train
+    split) or a held-out slice of its train split: the rows whose ``unit`` (idx, or a paragraph for
+    MultiRC so no passage straddles two splits) hashes, with the seed and task, below the fraction.
     """
+    fraction = check_heldout_fraction(heldout_fraction)
     hub_spec = spec.hub
     splits: dict[str, list[dict]] = {"train": [], "validation": validation, "test": []}
     for key, row in train:
-        held_out = unit_interval(seed, spec.name, "heldout", key) < HELDOUT_FRACTION
-        splits["test" if held_out else "train"].append(row)
+        splits["test" if is_held_out(seed, spec.name, key, fraction) else "train"].append(row)
     provenance = {
         "dataset": hub_spec["dataset"],
         "config": hub_spec["config"],
-        "train": f"{hub_spec['train']} minus the held-out {HELDOUT_FRACTION:.0%}",
+        **heldout_provenance(hub_spec["train"], fraction, unit, benchmark),
         "validation": hub_spec["validation"],
-        "test": (f"held-out {HELDOUT_FRACTION:.0%} of {hub_spec['train']} (hash of seed, task, {unit}); "
-                 f"{benchmark} test labels are hidden"),
         "hidden_labels_dropped": hidden,
     }
     return splits, provenance
@@ -164,7 +194,13 @@ def heldout_splits(spec: TaskSpec, train: list[tuple[Any, dict]], validation: li
 
 def load_hub_dataset(spec: TaskSpec, profile: str):
     """Download (or reuse the ``datasets`` cache of) the dataset/config named in ``spec.hub``: a
-    ``DatasetDict`` in the hub's schema. Fails at once, naming the dataset, when the hub is unreachable."""
+    ``DatasetDict`` in the hub's schema, read from the hub mirror when one is set
+    (:mod:`leanlm.data.mirror`). Fails at once, naming the dataset, when the hub is unreachable."""
+    from leanlm.data.mirror import mirrored_dataset
+
+    mirrored = mirrored_dataset(spec.hub["dataset"], spec.hub.get("config"), profile)
+    if mirrored is not None:
+        return mirrored
     what = f"{spec.hub['dataset']}/{spec.hub.get('config')}"
     ensure_hub_reachable(what, profile)
     import datasets
@@ -218,17 +254,23 @@ def _interleave(streams: list[Iterator[Document]]) -> Iterator[Document]:
 
 
 def stream_hub_corpus(profile: str) -> Iterator[Document]:
-    """Wikipedia + BookCorpus, streamed from the hub and interleaved document by document."""
+    """Wikipedia + BookCorpus, streamed from the hub (or read from the hub mirror) and interleaved
+    document by document."""
     import datasets
+
+    from leanlm.data.mirror import mirrored_corpus
 
     streams = []
     for corpus in HUB_CORPORA:
         what = f"{corpus['dataset']}" + (f"/{corpus['config']}" if corpus["config"] else "")
-        ensure_hub_reachable(what, profile)
-        try:
-            rows = datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"], streaming=True)
-        except Exception as exc:  # see load_glue
-            raise DataError(f"could not stream {what} from the Hugging Face hub: {exc}") from exc
+        rows = mirrored_corpus(corpus["dataset"], corpus["config"], corpus["split"], profile)
+        if rows is None:
+            ensure_hub_reachable(what, profile)
+            try:
+                rows = datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"],
+                                             streaming=True)
+            except Exception as exc:  # see load_glue
+                raise DataError(f"could not stream {what} from the Hugging Face hub: {exc}") from exc
         if corpus["name"] == "bookcorpus":
             streams.append(bookcorpus_documents(rows, corpus["lines_per_document"], corpus["name"]))
         else:
@@ -236,13 +278,13 @@ def stream_hub_corpus(profile: str) -> Iterator[Document]:
     return _interleave(streams)
 
 
-def hub_manifest(tasks: Iterable[TaskSpec], tokenizer: str | None) -> dict:
+def hub_manifest(tasks: Iterable[TaskSpec], tokenizer: str | None, heldout_fraction: float) -> dict:
     """raw/MANIFEST.json of a hub profile: what the later stages will read (nothing is downloaded)."""
     return {
         "source": "hub",
         "corpora": [dict(c) for c in HUB_CORPORA],
         "tasks": {spec.name: dict(spec.hub) for spec in tasks},
         "tokenizer": tokenizer,
-        "heldout_fraction": HELDOUT_FRACTION,
+        "heldout_fraction": heldout_fraction,
         "files": {},
     }

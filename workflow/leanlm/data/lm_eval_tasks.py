@@ -21,7 +21,8 @@ leanlm_lambada                lambada_openai  passages whose last word occurred 
 ============================  ==============  ==========================================================
 
 Every labelled family ``labelled[name]`` becomes ``leanlm_<name>``; only ``sentiment`` has a thesis
-counterpart. The caller passes held-out documents (the corpus's test split) and held-out labelled
+counterpart. Each stand-in declares the ``metric_list`` of lm-eval's own config of its thesis task
+(:mod:`leanlm.evaluation.lm_eval_configs`; ``acc`` for a family without one). The caller passes held-out documents (the corpus's test split) and held-out labelled
 texts, so no stand-in shares text with pretraining. Multiple-choice rows are ``{"query", "choices",
 "label"}``; the gold position is drawn at random. Files: ``<task>.jsonl`` + ``<task>.yaml`` per task and
 ``MANIFEST.json``, all written atomically. The YAMLs record absolute data paths (lm-eval resolves
@@ -44,6 +45,7 @@ from leanlm.data.glue_standins import _delete_span
 from leanlm.data.splitting import seeded_sample, task_rng
 from leanlm.data.text import dedupe_key, is_content_word, is_prose_sentence, split_sentences
 from leanlm.errors import ConfigError, DataError
+from leanlm.evaluation.lm_eval_configs import metric_list
 from leanlm.io import load_yaml, read_jsonl, write_json, write_jsonl, write_text
 
 log = logging.getLogger(__name__)
@@ -59,13 +61,6 @@ THESIS_TASKS = {
     "leanlm_wikitext": "wikitext",
     "leanlm_lambada": "lambada_openai",
 }
-MC_METRICS = [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
-              {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True}]
-ROLLING_METRICS = [{"metric": m, "aggregation": a, "higher_is_better": False} for m, a in (
-    ("word_perplexity", "weighted_perplexity"), ("byte_perplexity", "weighted_perplexity"),
-    ("bits_per_byte", "bits_per_byte"))]
-LAST_WORD_METRICS = [{"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
-                     {"metric": "acc", "aggregation": "mean", "higher_is_better": True}]
 _PRONOUN_SUBJECTS = frozenset("he she it they we i you this that these those there here what who".split())
 _DEFINITION = re.compile(r"^(?P<subject>(?:The |An |A )?[A-Z][\w'\-]*(?: (?:[A-Z0-9][\w'\-]*|of|de|and|the)){0,5}) "
                          r"(?P<verb>is|was|are|were) (?P<predicate>(?:a|an|the) [^.;:(),]+)")
@@ -277,16 +272,20 @@ def build_last_word(prose: _Prose, min_words: int = 40, max_words: int = 150) ->
 
 # ------------------------------------------------------------------ writing lm-eval tasks
 def _task_config(name: str, data_file: Path, output_type: str) -> dict:
+    # A stand-in reports exactly the metrics of the task it stands in for, as lm-eval's own config of
+    # that task lists them (BoolQ, COPA and RTE: acc only), so both sources fill the same table cells.
+    # A labelled family with no thesis counterpart is a classification-as-choice task: accuracy.
+    metrics = metric_list(THESIS_TASKS[name]) if name in THESIS_TASKS else [{"metric": "acc"}]
     config = {"task": name, "dataset_path": "json",
               "dataset_kwargs": {"data_files": {"test": str(data_file.resolve())}},
               "output_type": output_type, "test_split": "test"}
     if output_type == "multiple_choice":
-        config.update(doc_to_text="{{query}}", doc_to_choice="choices", doc_to_target="label", metric_list=MC_METRICS)
+        config.update(doc_to_text="{{query}}", doc_to_choice="choices", doc_to_target="label", metric_list=metrics)
     elif output_type == "loglikelihood_rolling":
-        config.update(doc_to_text="", doc_to_target="{{page}}", metric_list=ROLLING_METRICS)
+        config.update(doc_to_text="", doc_to_target="{{page}}", metric_list=metrics)
     else:  # LAMBADA's own templates: everything but the last word, then " " + the last word
         config.update(doc_to_text="{{text.split(' ')[:-1]|join(' ')}}",
-                      doc_to_target="{{' '+text.split(' ')[-1]}}", metric_list=LAST_WORD_METRICS)
+                      doc_to_target="{{' '+text.split(' ')[-1]}}", metric_list=metrics)
     config["metadata"] = {"version": 1.0, "thesis_task": THESIS_TASKS.get(name)}
     return config
 

@@ -7,17 +7,17 @@ read that assignment from ``data/<profile>/corpus/{validation,test}.jsonl`` rath
 it: no stand-in text can be in ``corpus/train.jsonl``, whatever the corpus settings. Only the
 sources that look like the benchmark are taken (:data:`STANDIN_SOURCES`), whole documents as rows.
 
-Nothing reads the train split of an ``lm`` task (it is only evaluated on), but every packaged
-stand-in must have three non-empty splits (``glue_standins.build_standin``), so train gets the one
-shortest held-out document and wastes as little test text as possible. The others are ranked by a
-hash of ``data.tasks.seed``, the task and the doc_id: the first :data:`VALIDATION_SHARE` (at least
-one) is validation, the rest test. A small corpus may hold out fewer than three such documents;
-then the longest is cut at a paragraph boundary into contiguous parts until there are three
-(:func:`split_into_units`), so a tiny profile still gets every split without borrowing training text.
+The decoders are fine-tuned on an ``lm`` task's train split before its test perplexity (DESIGN §8,
+:mod:`leanlm.training.lm_finetune`), so every split is a real share: the held-out documents are
+ranked by a hash of ``data.tasks.seed``, the task and the doc_id; the first :data:`VALIDATION_SHARE`
+(at least one) is validation, the next :data:`TEST_SHARE` (at least one) test, and the rest (at least
+one) train. A small corpus may hold out fewer than three such documents; then the longest is cut at a
+paragraph boundary into contiguous parts until there are three (:func:`split_into_units`), so a tiny
+profile still gets every split without borrowing pretraining text.
 
 Hub rows keep the hub's text verbatim (WikiText's `` = Heading = `` lines included), minus blank
-rows; ``idx`` is the row's position in its hub split, so the stream can be rebuilt in order. There
-is no train split (WikiText-103's would be 1.8M rows that are never read).
+rows; ``idx`` is the row's position in its hub split, so the stream can be rebuilt in order. All three
+official splits are read (train: 1.8M rows for WikiText-103).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ STANDIN_SOURCES = {
     "ptb": ("lee_news", "nyt_editorials"),             # newswire, as the Treebank's WSJ text
 }
 HELDOUT_CORPUS_SPLITS = ("validation", "test")         # never "train": that is what is pretrained on
-VALIDATION_SHARE = 0.2                                 # of the documents after train's one
+VALIDATION_SHARE = 0.1                                 # of the held-out documents
+TEST_SHARE = 0.3                                       # of the held-out documents; train: the rest
 PARQUET_REVISION = "refs/convert/parquet"              # the hub's parquet copy of script datasets
 
 
@@ -84,19 +85,19 @@ def split_into_units(documents: list[dict], minimum: int = 3) -> list[dict]:
 
 
 def deal_documents(documents: list[dict], seed: int, task: str) -> dict[str, list[dict]]:
-    """Train: the shortest document; validation: the first :data:`VALIDATION_SHARE` of the others
-    ranked by a hash of (seed, task, doc_id); test: the rest. Fewer than three documents are first
-    cut into parts (:func:`split_into_units`)."""
+    """The documents ranked by a hash of (seed, task, doc_id): validation the first
+    :data:`VALIDATION_SHARE`, test the next :data:`TEST_SHARE`, train the rest (each at least one).
+    Fewer than three documents are first cut into parts (:func:`split_into_units`)."""
     documents = split_into_units(documents)
     if len(documents) < 3:
         raise DataError(f"the packaged stand-in of {task!r} needs at least 3 held-out documents or paragraphs "
                         f"(one per split) and the corpus holds out {len(documents)}; raise "
                         f"data.corpus.validation_fraction / test_fraction or use more documents")
-    train = min(documents, key=lambda d: (len(d["text"]), d["doc_id"]))
-    ranked = sorted((d for d in documents if d is not train),
-                    key=lambda d: unit_interval(seed, task, "lm", d["doc_id"]))
+    ranked = sorted(documents, key=lambda d: unit_interval(seed, task, "lm", d["doc_id"]))
     n_validation = max(1, int(len(ranked) * VALIDATION_SHARE))
-    return {"train": [train], "validation": ranked[:n_validation], "test": ranked[n_validation:]}
+    n_test = max(1, min(int(len(ranked) * TEST_SHARE), len(ranked) - n_validation - 1))
+    return {"validation": ranked[:n_validation], "test": ranked[n_validation:n_validation + n_test],
+            "train": ranked[n_validation + n_test:]}
 
 
 @STANDINS.register("wikitext103")
@@ -130,11 +131,11 @@ def map_lm_rows(spec: TaskSpec, rows: Iterable[Mapping[str, Any]]) -> tuple[list
 
 
 def lm_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]]) -> tuple[dict, dict]:
-    """validation/test rows of one lm task from hub splits (a ``DatasetDict`` or a dict of row lists)."""
+    """train/validation/test rows of one lm task from hub splits (a ``DatasetDict`` or a dict of row lists)."""
     hub = spec.hub
-    splits: dict[str, list[dict]] = {"train": []}
+    splits: dict[str, list[dict]] = {}
     blank = {}
-    for ours in ("validation", "test"):
+    for ours in ("train", "validation", "test"):
         theirs = hub[ours]
         if theirs not in dataset:
             raise DataError(f"{hub['dataset']}/{hub['config']} has no split {theirs!r}; splits: {', '.join(dataset)}")
@@ -144,24 +145,29 @@ def lm_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, A
     provenance = {
         "dataset": hub["dataset"],
         "config": hub["config"],
+        "train": hub["train"],
         "validation": hub["validation"],
         "test": hub["test"],
-        "train": "none (the lm tasks are only evaluated on)",
         "blank_rows_dropped": blank,
     }
     return splits, provenance
 
 
 def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
-    """Download (or reuse the ``datasets`` cache of) the validation and test splits of one lm task.
+    """Download (or reuse the ``datasets`` cache of) the train, validation and test splits of one lm task.
 
     Script-based datasets (the Penn Treebank's ``ptb_text_only``) no longer load with recent
     ``datasets``; the hub's automatic parquet copy (:data:`PARQUET_REVISION`) is tried after the
     main revision fails.
     """
     from leanlm.data.hub import ensure_hub_reachable
+    from leanlm.data.mirror import mirrored_dataset
 
     hub = spec.hub
+    splits = tuple(hub[s] for s in ("train", "validation", "test"))
+    mirrored = mirrored_dataset(hub["dataset"], hub["config"], profile, splits)
+    if mirrored is not None:
+        return {split: mirrored[split] for split in splits}
     what = f"{hub['dataset']}/{hub['config']}"
     ensure_hub_reachable(what, profile)
     import datasets
@@ -170,7 +176,7 @@ def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
     for revision in (None, PARQUET_REVISION):
         try:
             return {hub[s]: datasets.load_dataset(hub["dataset"], hub["config"], split=hub[s], revision=revision)
-                    for s in ("validation", "test")}
+                    for s in ("train", "validation", "test")}
         except Exception as exc:  # datasets raises many types (HTTP, FileNotFound, DatasetNotFound, scripts)
             errors.append(f"revision {revision or 'main'}: {exc}")
             log.info("could not load %s at revision %s: %s", what, revision or "main", exc)
@@ -178,5 +184,6 @@ def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
 
 
 @HUB_TASK_LOADERS.register("lm")
-def load_lm_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
+def load_lm_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
+    # WikiText-103 and Penn Treebank have official test splits: nothing is held out of train.
     return lm_task_splits(spec, load_lm_dataset(spec, profile))

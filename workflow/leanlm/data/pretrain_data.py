@@ -166,7 +166,11 @@ def load_streaming_rows(name: str, spec: dict, profile: str):
 
     Fails at once, naming the dataset, when the hub is unreachable."""
     from leanlm.data.hub import ensure_hub_reachable
+    from leanlm.data.mirror import mirrored_corpus
 
+    mirrored = mirrored_corpus(spec["dataset"], spec.get("config"), spec["split"], profile)
+    if mirrored is not None:
+        return mirrored
     what = spec["dataset"] + (f"/{spec['config']}" if spec.get("config") else "")
     ensure_hub_reachable(f"corpus {name}: {what}", profile)
     import datasets
@@ -274,8 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    from leanlm.data.mirror import configure_mirror
+
     try:
-        run_named_stage(args.stage, load_config(args.params))
+        config = load_config(args.params)
+        configure_mirror(config)  # data.hub_mirror: the corpora and tokenizers come from it when set
+        run_named_stage(args.stage, config)
     except LeanLMError as exc:
         print(f"leanlm data {args.stage}: error: {exc}", file=sys.stderr)
         return 2

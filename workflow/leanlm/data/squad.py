@@ -45,7 +45,6 @@ from leanlm.io import iter_jsonl
 
 log = logging.getLogger(__name__)
 
-HELDOUT_FRACTION = 0.1      # hub: share of SQuAD train articles held out as "test"
 SQUAD2_UNANSWERABLE = 1 / 3  # SQuAD 2.0 train: 43,498 of 130,319 questions have no answer
 PASSAGE_MAX_WORDS = 120      # SQuAD paragraphs average about 120 words
 PASSAGE_MIN_WORDS = 30
@@ -330,8 +329,15 @@ def map_squad_rows(spec: TaskSpec, rows: Iterable[Mapping[str, Any]]) -> tuple[l
     return out, counts
 
 
-def squad_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]], seed: int) -> tuple[dict, dict]:
-    """train/validation/test rows of one SQuAD version from a hub ``DatasetDict`` (or dict of row lists)."""
+def squad_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]], seed: int,
+                      heldout_fraction: float) -> tuple[dict, dict]:
+    """train/validation/test rows of one SQuAD version from a hub ``DatasetDict`` (or dict of row lists).
+
+    As the thesis, train is the full official train split (``heldout_fraction`` 0) and test is empty;
+    a fraction above 0 holds out that share of train's articles (by title) as test."""
+    from leanlm.data.hub import check_heldout_fraction, heldout_provenance, is_held_out
+
+    fraction = check_heldout_fraction(heldout_fraction)
     hub = spec.hub
     for split in (hub["train"], hub["validation"]):
         if split not in dataset:
@@ -341,17 +347,15 @@ def squad_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str
     splits: dict[str, list[dict]] = {"train": [], "validation": validation, "test": []}
     for row in train_rows:
         unit = row["title"] or row["context"]
-        splits["test" if unit_interval(seed, spec.name, "heldout", unit) < HELDOUT_FRACTION else "train"].append(row)
+        splits["test" if is_held_out(seed, spec.name, unit, fraction) else "train"].append(row)
     for rows in splits.values():
         for row in rows:
             del row["title"]
     provenance = {
         "dataset": hub["dataset"],
         "config": hub.get("config"),
-        "train": f"{hub['train']} minus the held-out {HELDOUT_FRACTION:.0%} of its articles",
+        **heldout_provenance(hub["train"], fraction, "article title", "SQuAD"),
         "validation": hub["validation"],
-        "test": f"held-out {HELDOUT_FRACTION:.0%} of {hub['train']}'s articles (hash of seed, task, title); "
-                "SQuAD's test set is hidden",
         **{k: train_counts[k] + validation_counts[k] for k in train_counts},
     }
     return splits, provenance
@@ -360,7 +364,11 @@ def squad_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str
 def load_squad(spec: TaskSpec, profile: str):
     """Download (or reuse the ``datasets`` cache of) one SQuAD version: a ``DatasetDict`` in the hub schema."""
     from leanlm.data.hub import ensure_hub_reachable
+    from leanlm.data.mirror import mirrored_dataset
 
+    mirrored = mirrored_dataset(spec.hub["dataset"], spec.hub.get("config"), profile)
+    if mirrored is not None:
+        return mirrored
     what = spec.hub["dataset"]
     ensure_hub_reachable(what, profile)
     import datasets
@@ -372,5 +380,5 @@ def load_squad(spec: TaskSpec, profile: str):
 
 
 @HUB_TASK_LOADERS.register("squad")
-def load_squad_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
-    return squad_task_splits(spec, load_squad(spec, profile), seed)
+def load_squad_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
+    return squad_task_splits(spec, load_squad(spec, profile), seed, heldout_fraction)

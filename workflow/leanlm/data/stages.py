@@ -105,9 +105,13 @@ def stage_fetch(config: dict, out: Path) -> None:
         from leanlm.data.hub import ensure_hub_reachable, hub_manifest
         from leanlm.io import write_json
 
-        ensure_hub_reachable("Wikipedia, BookCorpus and GLUE", config["profile"])
+        from leanlm.data.mirror import active_mirror
+
+        if active_mirror() is None:  # with a mirror, the later stages read it and never the network
+            ensure_hub_reachable("Wikipedia, BookCorpus and GLUE", config["profile"])
         tokenizer = _get(config, "data.tokenizer")
-        write_json(out / "MANIFEST.json", hub_manifest(_task_specs(config), tokenizer.get("name")))
+        write_json(out / "MANIFEST.json", hub_manifest(_task_specs(config), tokenizer.get("name"),
+                                                       heldout_fraction(config)))
 
 
 def stage_corpus(config: dict, out: Path) -> None:
@@ -149,6 +153,15 @@ def stage_tokenizer(config: dict, out: Path) -> None:
     save_tokenizer(tokenizer, out, meta)
 
 
+def heldout_fraction(config: dict) -> float:
+    """``data.tasks.heldout_fraction``: the share of a hub benchmark's train split held out as our test
+    split. Unset or 0 (the paper profile): train on the full official train split and report dev, as the
+    thesis does (DESIGN §8)."""
+    from leanlm.data.hub import check_heldout_fraction
+
+    return check_heldout_fraction(_get(config, "data.tasks").get("heldout_fraction", 0.0))
+
+
 def stage_tasks(config: dict, out: Path) -> None:
     from leanlm.data.splitting import task_rng
     from leanlm.data.task_sets import cap_splits, write_task
@@ -180,7 +193,8 @@ def stage_tasks(config: dict, out: Path) -> None:
                           "split_fractions": fractions}
             rows = cap_splits(rows, max_train, max_eval, rng, renumber=True)
         else:
-            rows, provenance = HUB_TASK_LOADERS.get(spec.family)(spec, config["profile"], seed)
+            rows, provenance = HUB_TASK_LOADERS.get(spec.family)(spec, config["profile"], seed,
+                                                                 heldout_fraction(config))
             rows = cap_splits(rows, max_train, max_eval, rng, renumber=False)
         meta = write_task(out, spec, rows, config["source"], provenance)
         log.info("tasks: %s %s in %.1f s", spec.name, {s: v["rows"] for s, v in meta["splits"].items()},
@@ -195,8 +209,10 @@ def run_stage(stage: str, config: dict) -> None:
 
     ``corpora`` and ``tokenizers`` prepare the profile's named pretraining data (ch. 4's SlimPajama and
     Pythia BPE: :mod:`leanlm.data.pretrain_data`)."""
+    from leanlm.data.mirror import configure_mirror
     from leanlm.data.pretrain_data import NAMED_KINDS, run_named_stage
 
+    configure_mirror(config)  # data.hub_mirror: what the hub loaders read when set
     if stage in NAMED_KINDS:
         run_named_stage(stage, config)
         return

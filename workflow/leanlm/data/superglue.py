@@ -121,7 +121,7 @@ def map_superglue_rows(spec: TaskSpec, rows: Iterable[Mapping[str, Any]]) -> tup
 
 
 def superglue_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]],
-                          seed: int) -> tuple[dict, dict]:
+                          seed: int, heldout_fraction: float) -> tuple[dict, dict]:
     """train/validation/test rows of one SuperGLUE task from a hub ``DatasetDict`` (or a dict of
     row lists), and their provenance."""
     hub.require_splits(spec, dataset)
@@ -129,7 +129,8 @@ def superglue_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping
     validation, hidden_validation = map_superglue_rows(spec, dataset[spec.hub["validation"]])
     unit = "paragraph" if spec.name == "multirc" else "idx"
     return hub.heldout_splits(spec, train_rows, [row for _, row in validation], seed,
-                              hidden_train + hidden_validation, unit=unit, benchmark="SuperGLUE")
+                              hidden_train + hidden_validation, unit=unit, benchmark="SuperGLUE",
+                              heldout_fraction=heldout_fraction)
 
 
 def load_superglue(spec: TaskSpec, profile: str):
@@ -139,6 +140,6 @@ def load_superglue(spec: TaskSpec, profile: str):
 
 
 @HUB_TASK_LOADERS.register("superglue")
-def load_superglue_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
-    return superglue_task_splits(spec, load_superglue(spec, profile), seed)
+def load_superglue_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
+    return superglue_task_splits(spec, load_superglue(spec, profile), seed, heldout_fraction)
 

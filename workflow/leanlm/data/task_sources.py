@@ -2,8 +2,9 @@
 
 - packaged: stand-in builders register by *task* name in ``glue_standins.STANDINS`` (the GLUE
   stand-ins) or in their own family modules, which import that registry and add to it;
-- hub: a loader per *family* in :data:`HUB_TASK_LOADERS`, ``loader(spec, profile, seed) ->
-  (rows by split, provenance)``; GLUE's is here, other families register theirs beside their
+- hub: a loader per *family* in :data:`HUB_TASK_LOADERS`, ``loader(spec, profile, seed,
+  heldout_fraction) -> (rows by split, provenance)`` (the fraction of a train split held out as test
+  where the benchmark hides its test labels; families with an official test split ignore it); GLUE's is here, other families register theirs beside their
   schema mapping.
 
 :func:`import_task_modules` imports every family module so its registrations take effect; a
@@ -18,7 +19,7 @@ from typing import Callable
 from leanlm.data.tasks import TaskSpec
 from leanlm.registry import Registry
 
-HubLoader = Callable[[TaskSpec, str, int], tuple[dict, dict]]
+HubLoader = Callable[[TaskSpec, str, int, float], tuple[dict, dict]]
 HUB_TASK_LOADERS: Registry[HubLoader] = Registry("hub task family loader")
 
 # Modules that register packaged stand-ins and hub loaders for their families.
@@ -33,10 +34,10 @@ TASK_MODULES = (
 
 
 @HUB_TASK_LOADERS.register("glue")
-def load_glue_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
+def load_glue_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
     from leanlm.data.hub import glue_task_splits, load_glue
 
-    return glue_task_splits(spec, load_glue(spec, profile), seed)
+    return glue_task_splits(spec, load_glue(spec, profile), seed, heldout_fraction)
 
 
 def import_task_modules() -> None:

@@ -133,15 +133,18 @@ def train_wordpiece(texts: Callable[[], Iterable[str]], vocab_size: int, lowerca
 
 
 def hub_tokenizer(name: str, profile: str, key: str = "data.tokenizer.name") -> Tokenizer:
-    """The backend (``tokenizers``) tokenizer of hub tokenizer ``name`` (the profile's ``key``); fails
-    fast when offline."""
+    """The backend (``tokenizers``) tokenizer of hub tokenizer ``name`` (the profile's ``key``), from the
+    hub mirror's folder when one is set; fails fast when offline without one."""
     from leanlm.data.hub import ensure_hub_reachable
+    from leanlm.data.mirror import mirrored_tokenizer
 
-    ensure_hub_reachable(f"tokenizer {name}", profile)
+    source = mirrored_tokenizer(name, profile)
+    if source is None:
+        ensure_hub_reachable(f"tokenizer {name}", profile)
     from transformers import AutoTokenizer
 
     try:
-        hf = AutoTokenizer.from_pretrained(name, use_fast=True)
+        hf = AutoTokenizer.from_pretrained(str(source) if source is not None else name, use_fast=True)
     except Exception as exc:  # transformers raises OSError/ValueError/HTTP errors; report them as data errors
         raise DataError(f"could not load hub tokenizer {name!r} ({key}): {exc}") from exc
     backend = getattr(hf, "backend_tokenizer", None)

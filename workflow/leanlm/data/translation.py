@@ -215,7 +215,8 @@ def load_wmt14(spec: TaskSpec, profile: str):
 
 
 @HUB_TASK_LOADERS.register("translation")
-def load_translation_family(spec: TaskSpec, profile: str, seed: int) -> tuple[dict, dict]:
+def load_translation_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
+    # WMT-14 has its official test set (newstest2014): nothing is held out of train.
     return translation_splits(spec, load_wmt14(spec, profile))
 
 

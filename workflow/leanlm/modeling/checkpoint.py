@@ -226,6 +226,9 @@ def export_hf(directory: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     if config.n_heads * config.head_dim != config.d_model:
         raise ConfigError(f"{directory}: n_heads*head_dim={config.n_heads * config.head_dim} != "
                           f"d_model={config.d_model}; Hugging Face BERT requires them equal")
+    if config.positions != "learned" or config.type_vocab_size == 0:
+        raise ConfigError(f"{directory}: positions={config.positions!r}, type_vocab_size={config.type_vocab_size} "
+                          f"has no Hugging Face BERT equivalent, which has learned position and token-type tables")
     if config.position_offset != 0:
         raise ConfigError(f"{directory}: position_offset={config.position_offset} (RoBERTa-style) "
                           f"has no Hugging Face BERT equivalent; only BERT numbering (0) exports")

@@ -17,6 +17,7 @@ from leanlm.errors import ConfigError
 # Backbone families (DESIGN §6): BERT-style encoder (ch. 2, 3), GPT-2-style decoder (ch. 3),
 # the Vaswani encoder-decoder for translation (ch. 3) and the Qwen2.5-style decoder (ch. 4).
 BACKBONES = ("bert", "gpt2", "transformer", "qwen")
+POSITIONS = ("learned", "sinusoidal")
 
 
 @dataclass(kw_only=True)
@@ -45,6 +46,9 @@ class ModelConfig:
     pad_token_id: int = 0
     initializer_range: float = 0.02
     position_offset: int = 0
+    # BERT encoders' positions: a "learned" table (BERT) or "sinusoidal", the fixed table of Vaswani et al.
+    # with no parameters (ProFormer, whose Table 2.2 count has no position table; DESIGN §8).
+    positions: str = "learned"
     # Word embedding, chosen by name from the embeddings registry ("standard" = nn.Embedding;
     # ch. 2's hash embeddings and the seeds' BERT-Hash / EELBERT); its own settings go in
     # ``embedding_options`` (e.g. {"hash": "md5", "bits": 128}).
@@ -102,6 +106,8 @@ class ModelConfig:
             raise ConfigError(
                 f"{where}: position_offset={self.position_offset} must be in [0, max_position)"
             )
+        if self.positions not in POSITIONS:
+            raise ConfigError(f"{where}: positions={self.positions!r} is unknown; use one of {POSITIONS}")
         if self.layer_norm_eps <= 0 or self.initializer_range <= 0:
             raise ConfigError(f"{where}: layer_norm_eps and initializer_range must be > 0")
         # Ch. 4's token mixers live in their own registry (they need the block's context, e.g.

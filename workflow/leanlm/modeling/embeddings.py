@@ -1,5 +1,9 @@
 """BERT's input embeddings: word + learned absolute position + token type, then LayerNorm, dropout.
 
+``config.positions == "sinusoidal"`` replaces the learned position table by the fixed sinusoidal one
+(a buffer, rebuilt rather than saved), and ``type_vocab_size == 0`` drops the token-type table (token
+types are then ignored): ProFormer's embeddings, which Table 2.2 counts without either table.
+
 The word embedding comes from the registry by ``config.embedding`` (leanlm.modeling.hash_embeddings):
 "standard" is BERT's nn.Embedding table under the same attribute name ``word_embeddings``, so its
 checkpoints and Hugging Face export are unchanged; hash embeddings read batch ``features``
@@ -19,6 +23,7 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_embeddings import build_word_embedding
 # ProFormer, BERT-Hash and EELBERT build on HashEmbedding; their module registers them in EMBEDDINGS.
 from leanlm.modeling import projection_embeddings  # noqa: F401
+from leanlm.modeling.seq2seq import sinusoidal_positions
 
 
 class BertEmbeddings(nn.Module):
@@ -26,27 +31,35 @@ class BertEmbeddings(nn.Module):
         super().__init__()
         self.position_offset = config.position_offset
         self.word_embeddings = build_word_embedding(config)
-        self.position_embeddings = nn.Embedding(config.max_position, config.d_model)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.d_model)
+        self.max_position = config.max_position
+        if config.positions == "learned":
+            self.position_embeddings = nn.Embedding(config.max_position, config.d_model)
+        else:
+            self.register_buffer("positions", sinusoidal_positions(config.max_position, config.d_model),
+                                 persistent=False)
+        self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, config.d_model)
+                                      if config.type_vocab_size else None)
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 **features: torch.Tensor) -> torch.Tensor:
         length = input_ids.size(1)
-        limit = self.position_embeddings.num_embeddings - self.position_offset
+        limit = self.max_position - self.position_offset
         if length > limit:
             raise ValueError(
                 f"input of {length} tokens is longer than the model's {limit} positions "
-                f"(max_position={self.position_embeddings.num_embeddings}, "
+                f"(max_position={self.max_position}, "
                 f"position_offset={self.position_offset}); truncate inputs to {limit} tokens"
             )
         positions = torch.arange(self.position_offset, self.position_offset + length,
                                  device=input_ids.device)
-        embedded = self.word_embeddings(input_ids, **features) + self.position_embeddings(positions)[None]
-        if token_type_ids is None:
+        position_vectors = (self.position_embeddings(positions) if hasattr(self, "position_embeddings")
+                            else self.positions[positions])
+        embedded = self.word_embeddings(input_ids, **features) + position_vectors[None]
+        if self.token_type_embeddings is not None and token_type_ids is None:
             # Segment 0 for every token: one row broadcast instead of a lookup of zeros.
             embedded = embedded + self.token_type_embeddings.weight[0]
-        else:
+        elif self.token_type_embeddings is not None:
             embedded = embedded + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.norm(embedded))

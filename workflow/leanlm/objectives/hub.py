@@ -29,14 +29,19 @@ class HubCheckpoint(PretrainObjective):
                               f"hub_checkpoint (e.g. google/canine-c)")
         profile = config["profile"]
         source = run.hub_checkpoint
+        load_from = source
         if not Path(source).is_dir():
             from leanlm.data.hub import ensure_hub_reachable
+            from leanlm.data.mirror import mirrored_model
 
-            ensure_hub_reachable(f"checkpoint {source}", profile)
+            load_from = mirrored_model(source, profile)  # the hub mirror's copy, when one is set
+            if load_from is None:
+                ensure_hub_reachable(f"checkpoint {source}", profile)
+                load_from = source
         from transformers import AutoModel
 
         try:
-            model = AutoModel.from_pretrained(source)
+            model = AutoModel.from_pretrained(str(load_from))
         except Exception as err:  # transformers raises OSError/ValueError/HTTP errors
             raise DataError(f"run {run.run_id}: could not load hub checkpoint {source!r}: {err}") from err
         out_dir = paths.models_dir(profile) / run.run_id

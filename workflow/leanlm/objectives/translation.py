@@ -12,14 +12,20 @@ Two entry points, both found by the pipeline's registries:
   and its tokenizer, translate the test split (newstest2014 on the hub) with beam search and report
   corpus BLEU. It trains nothing, so it does not depend on the seed (``seeded = False``).
 
+The thesis trains one seed and reports "the average on the last five epochs": training keeps the
+weights at the end of each of the last ``average_last_epochs`` epochs (the last being the run's model;
+:mod:`leanlm.training.epoch_checkpoints`), and the runner reports the mean BLEU over them, with each
+checkpoint's BLEU under ``checkpoints`` in the results JSON.
+
 Settings: ``pretrain.translation`` (steps, batch_size, grad_accum, seq_len: the longest source or
 target in tokens, longer training pairs are skipped; vocab_size; label_smoothing; lr, schedule, ...;
-validation_rows) and ``finetune.translation`` (tasks, beam_size, length_penalty, max_length,
+validation_rows; average_last_epochs) and ``finetune.translation`` (tasks, beam_size, length_penalty, max_length,
 batch_size, max_examples).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -46,6 +52,7 @@ from leanlm.provenance import hardware
 from leanlm.runs import pretrain_settings
 from leanlm.training import checkpointing
 from leanlm.training.engine import Trainer
+from leanlm.training.epoch_checkpoints import LastEpochCheckpoints, kept_checkpoints
 from leanlm.training.finetune import TaskRunner
 from leanlm.training.pretrain import (PRETRAIN_SEED, PretrainObjective, parameter_counts,
                                       pretrain_train_config, record_head)
@@ -307,18 +314,27 @@ def train_translation(config: dict, run) -> dict:
                                           "pad_token_id": PAD_ID}, where=f"run {run_id}: model")
     model = build_model(model_config, "seq2seq", label_smoothing=settings.get("label_smoothing", 0.1))
     batches = TranslationBatches(train_pairs, settings["batch_size"], settings["grad_accum"], PRETRAIN_SEED)
-    trainer = Trainer(model, pretrain_train_config(settings, f"train {run_id}"), batches, run_dir=out_dir)
+    # One epoch is one pass over the training pairs; the trainer's evaluate hook runs at every epoch end
+    # and keeps the weights of the last epochs (BLEU is averaged over them).
+    steps_per_epoch = math.ceil(len(train_pairs) / (settings["batch_size"] * micro_batches_per_step(settings["grad_accum"])))
+    train_config = dataclasses.replace(pretrain_train_config(settings, f"train {run_id}"), eval_every=steps_per_epoch)
+    epochs = LastEpochCheckpoints(out_dir, model_config, settings.get("average_last_epochs", 1), steps_per_epoch,
+                                  train_config.total_steps)
+    trainer = Trainer(model, train_config, batches, run_dir=out_dir,
+                      evaluate=lambda m: epochs.save(m, trainer.state.step))
     summary = trainer.fit()
     val_loss = validation_loss(model, valid_pairs, settings["batch_size"]) if len(valid_pairs) else float("nan")
 
     save_checkpoint(model, model_config, out_dir, extra={"run_id": run_id, "profile": profile, "task": task})
+    epochs.write_manifest()
     record = {
         **record_head(config, run, model_config.to_dict(), settings, task=task),
         "summary": {k: v for k, v in summary.items() if k != "history"},
         "history": summary.get("history", []),
         "validation": {"translation_loss": val_loss, "translation_perplexity": math.exp(min(val_loss, 50.0))},
         "data": {"train_pairs": len(train_pairs), "train_pairs_skipped": skipped,
-                 "validation_pairs": len(valid_pairs)},
+                 "validation_pairs": len(valid_pairs), "steps_per_epoch": steps_per_epoch},
+        "averaged_checkpoints": [{"epoch": e, "step": s} for e, s in epochs.epoch_ends()],
         "tokenizer": {"kind": "bpe", "vocab_size": tokenizer.get_vocab_size(), "file": TOKENIZER_FILE},
         "parameters": parameter_counts(model),
         "timing": {"seconds": time.time() - started},
@@ -352,7 +368,8 @@ def translate(model, tokenizer: Tokenizer, sources: list[str], batch_size: int, 
 
 
 class TranslationRunner(TaskRunner):
-    """BLEU of the trained translation model on the task's test split (beam search)."""
+    """BLEU of the trained translation model on the task's test split (beam search): the mean over the
+    kept checkpoints of the last epochs, each checkpoint's scores under ``checkpoints``."""
 
     seeded = False
 
@@ -362,17 +379,21 @@ class TranslationRunner(TaskRunner):
         spec = get_task(task)
         model_dir = paths.models_dir(profile) / run_id
         bpe = load_bpe(model_dir)
-        model = load_model(model_dir, kind="seq2seq")
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        model.to(device).eval()
         rows = _task_rows(profile, task, "test")[: settings.get("max_examples") or None]
-        started = time.time()
-        hypotheses = translate(model, bpe, [r["source"] for r in rows], settings["batch_size"],
-                               settings["beam_size"], settings.get("length_penalty", 0.6), settings["max_length"],
-                               device)
         references = [r["target"] for r in rows]
-        metrics = compute_all(spec.metrics, hypotheses, references)
-        _, signature = corpus_bleu(hypotheses, references)
+        started = time.time()
+        checkpoints = []
+        for kept in kept_checkpoints(model_dir):
+            model = load_model(model_dir / kept["dir"], kind="seq2seq").to(device).eval()
+            hypotheses = translate(model, bpe, [r["source"] for r in rows], settings["batch_size"],
+                                   settings["beam_size"], settings.get("length_penalty", 0.6),
+                                   settings["max_length"], device)
+            checkpoints.append({**kept, **compute_all(spec.metrics, hypotheses, references)})
+            log.info("%s %s epoch %s (step %s): %s", run_id, task, kept["epoch"], kept["step"],
+                     ", ".join(f"{m} {checkpoints[-1][m]:.4f}" for m in spec.metrics))
+        metrics = {m: float(np.mean([c[m] for c in checkpoints])) for m in spec.metrics}
+        _, signature = corpus_bleu(hypotheses, references)  # the last checkpoint's; the same signature for all
         return {
             "task": task,
             "seed": seed,
@@ -380,6 +401,8 @@ class TranslationRunner(TaskRunner):
             "metrics": metrics,
             "primary_metric": spec.primary_metric,
             "primary": metrics[spec.primary_metric],
+            "averaged_checkpoints": len(checkpoints),
+            "checkpoints": checkpoints,
             "bleu_signature": signature,
             "test_examples": len(rows),
             "examples": [{"source": r["source"], "reference": r["target"], "hypothesis": h}

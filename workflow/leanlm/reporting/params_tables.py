@@ -47,8 +47,11 @@ def fmt_value(value) -> str:
 
 
 def _warmup(settings: dict) -> str:
-    if settings.get("warmup_steps") is not None:
-        return fmt_value(settings["warmup_steps"])
+    value = settings.get("warmup_steps")
+    if isinstance(value, dict):  # per task (SQuAD), as Table 3.12 prints it
+        return ", ".join(f"{v} for {get_task(t).thesis_name}" for t, v in value.items())
+    if value is not None:
+        return fmt_value(value)
     return f"first {fmt_value(100 * settings['warmup_ratio'])}% steps"
 
 
@@ -61,8 +64,15 @@ def _eval_every(settings: dict) -> str:
     return f"every {value} steps"
 
 
-# (printed row label or None for rows the thesis lacks, our label, LaTeX label, params key, value)
-Row = tuple[str | None, str, str, str, Callable[[dict, dict], str]]
+# (printed row label or None for rows the thesis lacks, our label, LaTeX label, params key, value); a
+# tuple of keys names the first one a column sets (SQuAD's warmup_steps, else warmup_ratio).
+Row = tuple[str | None, str, str, str | tuple[str, ...], Callable[[dict, dict], str]]
+
+
+def _key(key: str | tuple[str, ...], settings: dict) -> str:
+    if isinstance(key, str):
+        return key
+    return next((k for k in key if settings.get(k) is not None), key[-1])
 
 PRETRAIN_ROWS: list[Row] = [
     ("Maximum train steps", "Maximum train steps", "", "steps", lambda s, m: f"{s['steps']} steps"),
@@ -91,7 +101,7 @@ FINETUNE_ROWS: list[Row] = [
     ("Adam β_2", "Adam beta2", r"Adam $\beta_2$", "adam_betas", lambda s, m: fmt_value(s["adam_betas"][1])),
     ("Peak learning rate", "Peak learning rate", "", "lr", lambda s, m: fmt_value(s["lr"])),
     ("Learning rate schedule", "Learning rate schedule", "", "schedule", lambda s, m: fmt_value(s["schedule"])),
-    ("Warmup steps", "Warmup steps", "", "warmup_ratio", lambda s, m: _warmup(s)),
+    ("Warmup steps", "Warmup steps", "", ("warmup_steps", "warmup_ratio"), lambda s, m: _warmup(s)),
     ("Weight decay", "Weight decay", "", "weight_decay", lambda s, m: fmt_value(s["weight_decay"])),
     ("Attention Dropout", "Attention Dropout", "", "attention_dropout", lambda s, m: fmt_value(m["attention_dropout"])),
     ("Dropout", "Dropout", "", "dropout", lambda s, m: fmt_value(m["dropout"])),
@@ -113,9 +123,9 @@ def hyperparameter_table(profile: str, config: dict, *, table: str, rows: list[R
         values = [value(settings, model) for _, _, settings, model, _ in columns]
         thesis = reported.loc[printed_label].iloc[0] if printed_label in reported.index else "-"
         record = {"row": label, "reported_row": printed_label or ""}
-        for (column_key, _, _, _, prefix), text in zip(columns, values):
+        for (column_key, _, settings, _, prefix), text in zip(columns, values):
             source = "models" if key in ("dropout", "attention_dropout") else prefix
-            record[column_key], record[f"{column_key}_setting"] = text, f"{source}.{key}"
+            record[column_key], record[f"{column_key}_setting"] = text, f"{source}.{_key(key, settings)}"
         record["reported"] = thesis
         records.append(record)
         note = BATCH_NOTE if table == "table_3_11" and key == "batch_size" else None
@@ -146,8 +156,18 @@ def table_3_12(profile: str, config: dict) -> Table:
     columns = [(family, header, config["finetune"][family], config["models"].get("bert", {}),
                 f"finetune.{family}")
                for family, header in FINETUNE_FAMILIES if family in config["finetune"]]
+    held_out = config["data"]["tasks"].get("heldout_fraction") or 0
+    if config.get("source") != "hub":
+        data_note = "the packaged stand-ins fine-tune on their train split and are scored on their dev split"
+    elif held_out:
+        data_note = f"a hashed {held_out:.0%} of each hub train split is held out as a test split"
+    else:
+        data_note = ("every task fine-tunes on its full official train split and is scored on its dev split, "
+                     "as the thesis")
     caption = (f"Hyperparameters used in fine-tuning (Table 3.12), as the {profile} profile sets them "
-               f"(params file {Path(config['_params_file']).name}), beside the thesis's; dropout is the encoder's. "
+               f"(params file {Path(config['_params_file']).name}), beside the thesis's; dropout is the encoder's; "
+               f"{data_note}. SQuAD's warmup is the thesis's printed step count (about 6% of 20 epochs over the "
+               f"full train split's windows); each result records the warmup_steps it ran with. "
                f"{scale_note(config, 'bert')}. A '-' marks a setting the thesis does not print.")
     return hyperparameter_table(profile, config, table="table_3_12", rows=FINETUNE_ROWS, columns=columns,
                                 caption=caption, thesis_align="p{5.2cm}", value_align="p{2.2cm}")

@@ -36,7 +36,7 @@ from leanlm.evaluation.squad import as_references
 from leanlm.modeling.checkpoint import load_model
 from leanlm.training.engine import Trainer
 from leanlm.training.finetune import (TaskBatches, TaskRunner, _load_split, finetune_train_config,
-                                      task_record)
+                                      held_out_metrics, task_record)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate
 
@@ -228,7 +228,7 @@ def finetune_span_qa(config: dict, run_id: str, family: str, task: str, seed: in
     started = time.time()
     summary = trainer.fit()
     metrics = evaluate(model)  # the engine restored the best evaluation's weights
-    test_metrics = evaluate(model, "test")
+    test_metrics = held_out_metrics(rows["test"], lambda: evaluate(model, "test"))
     shutil.rmtree(scratch, ignore_errors=True)
     return task_record(task, seed, spec, metrics, test_metrics, summary, train_config, len(rows["train"]),
                        len(rows["validation"]), started, train_features=len(train),

@@ -14,6 +14,7 @@ import logging
 import math
 import shutil
 import time
+from typing import Callable
 
 import torch
 
@@ -42,13 +43,20 @@ log = logging.getLogger(__name__)
 
 
 def _load_split(profile: str, task: str, split: str) -> list[dict]:
+    """One split's rows; train and validation must have some, test is empty where nothing is held out
+    (data.tasks.heldout_fraction 0: the full official train split is trained on, DESIGN §8)."""
     path = paths.data_dir(profile) / "tasks" / task / f"{split}.jsonl"
     if not path.is_file():
         raise DataError(f"task file {path} is missing; run the data stage (`snakemake data` or `dvc repro tasks@{profile}`)")
     rows = read_jsonl(path)
-    if not rows:
+    if not rows and split != "test":
         raise DataError(f"task file {path} is empty")
     return rows
+
+
+def held_out_metrics(test_rows: list[dict], score: Callable[[], dict]) -> dict | None:
+    """The test split's metrics, or None when the profile held nothing out (the result's test_metrics)."""
+    return score() if test_rows else None
 
 
 class TaskBatches:
@@ -101,16 +109,25 @@ def _eval_every(settings: dict, task: str, steps_per_epoch: int) -> int:
     return int(value) if value else steps_per_epoch
 
 
+def _warmup_steps(settings: dict, task: str, total_steps: int) -> int:
+    # Table 3.12 prints SQuAD's warmup as step counts (3327 / 4950), GLUE's and SuperGLUE's as 6% of steps.
+    value = settings.get("warmup_steps")
+    if isinstance(value, dict):
+        value = value.get(task)
+    return int(value) if value is not None else warmup_steps_from_ratio(total_steps, settings["warmup_ratio"])
+
+
 def finetune_train_config(settings: dict, task: str, run_id: str, seed: int, n_train: int) -> TrainConfig:
     """The engine's settings for fine-tuning one task with one seed, from a profile's finetune block
-    (shared by every task runner: classification, multiple choice, span QA)."""
+    (shared by every task runner: classification, multiple choice, span QA). Warmup is
+    ``warmup_steps`` (an int, or per task) where the block sets it, else ``warmup_ratio`` of the steps."""
     steps_per_epoch = math.ceil(n_train / settings["batch_size"])
     total_steps = settings["epochs"] * steps_per_epoch
     return TrainConfig(
         total_steps=total_steps,
         lr=settings["lr"],
         schedule=settings["schedule"],
-        warmup_steps=warmup_steps_from_ratio(total_steps, settings["warmup_ratio"]),
+        warmup_steps=_warmup_steps(settings, task, total_steps),
         weight_decay=settings["weight_decay"],
         adam_betas=tuple(settings["adam_betas"]),
         adam_eps=settings["adam_eps"],
@@ -133,6 +150,12 @@ class TaskRunner(abc.ABC):
 
     seeded: bool = True
 
+    @classmethod
+    def is_seeded(cls, settings: dict) -> bool:
+        """Whether this family's results depend on the seed under ``settings`` (its finetune block):
+        ``seeded`` unless a runner's settings decide (the lm runner: fine-tuned or zero-shot)."""
+        return cls.seeded
+
     @abc.abstractmethod
     def __call__(self, config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
         """Fine-tune (or evaluate) and score one (task, seed): the per-task result described above."""
@@ -153,6 +176,7 @@ def task_record(task: str, seed: int, spec, metrics: dict, test_metrics: dict, s
         "primary": metrics[spec.primary_metric],
         "best_step": summary.get("best_step"),
         "steps": train_config.total_steps,
+        "warmup_steps": train_config.warmup_steps,
         "train_examples": train_examples,
         "validation_examples": validation_examples,
         "train_seconds": time.time() - started,
@@ -214,9 +238,9 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     summary = trainer.fit()
     clock = InferenceClock()  # Table 2.3's inference time: the final dev evaluation's forward passes
     metrics = evaluate(model, clock)  # the best state is restored by the engine
-    test_preds = predict(model, test_enc, pad_id, regression, features=features)
-    test_metrics = compute_all(spec.metrics, attach_groups(test_rows, test_preds),
-                               attach_groups(test_rows, [r["label"] for r in test_rows]))
+    test_metrics = held_out_metrics(test_rows, lambda: compute_all(
+        spec.metrics, attach_groups(test_rows, predict(model, test_enc, pad_id, regression, features=features)),
+        attach_groups(test_rows, [r["label"] for r in test_rows])))
     shutil.rmtree(scratch, ignore_errors=True)
     return task_record(task, seed, spec, metrics, test_metrics, summary, train_config, len(train_rows),
                        len(dev_rows), started, inference_seconds=clock.seconds,
@@ -237,7 +261,7 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     for task in settings["tasks"]:
         # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
         runner = TASK_RUNNERS.get(runner_name(family, task))()
-        for seed in seeds if runner.seeded else seeds[:1]:
+        for seed in seeds if runner.is_seeded(settings) else seeds[:1]:
             result = runner(config, run_id, family, task, seed, tokenizer)
             log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])
             results.append(result)

@@ -31,8 +31,9 @@ SOURCE_NOTES = {
     "CANINE-C": ("CANINE-C: #Emb = 16,000 hash buckets x 768 (Eq. 2.10); #Total is the thesis's 121.0M, which "
                  "cannot be derived here (transformers' CanineForSequenceClassification with google/canine-c's "
                  "config has 132.1M)."),
-    "ProFormer": ("ProFormer: #Emb = 420 LSH bits x 768 (Eq. 2.11); #Total counts two BERT-base layers, the "
-                  "projection, pooler and classifier, without position or token-type tables."),
+    "ProFormer": ("ProFormer: #Emb = 420 LSH bits x 768 (Eq. 2.11); #Total counts the model as trained: two "
+                  "BERT-base layers, the projection, pooler and classifier, with fixed sinusoidal positions "
+                  "and no token-type table."),
     "BERT-MLM": ("BERT-MLM (RoBERTa-base, 50,265 BPE entries): the baseline of PCR; the thesis prints its counts "
                  "in the text (124.6M / 38.6M), not as a row."),
 }

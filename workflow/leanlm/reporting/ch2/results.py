@@ -294,7 +294,7 @@ def run_counts(profile: str, run: Run) -> tuple[float, float, str | None]:
     Counted on the trained model's recorded config, built on the meta device with a binary
     classification head (the Appendix's convention), exactly as :mod:`leanlm.reporting.ch2.counts`
     counts the thesis's scale. CANINE-C (a hub model, not ours) takes #Total from its record and
-    #Emb from Eq. 2.10; ProFormer leaves out BERT's position and token-type tables, which it lacks.
+    #Emb from Eq. 2.10. Every other run counts as trained (ProFormer has no position or token-type table).
     """
     from leanlm.errors import ConfigError
     from leanlm.modeling.config import ModelConfig
@@ -313,9 +313,5 @@ def run_counts(profile: str, run: Run) -> tuple[float, float, str | None]:
         config = ModelConfig.from_dict(model, where=f"{record_path(profile, run.run_id, FAMILY)} key model")
     except ConfigError as exc:
         raise LeanLMError(f"{exc}; rerun the run's jobs with the current version") from None
-    classifier = ch2_counts.classifier_on_meta(config)
-    total, emb = ch2_counts.counted(classifier)
-    if config.embedding == "proformer":
-        tables = classifier.encoder.embeddings
-        total -= tables.position_embeddings.weight.numel() + tables.token_type_embeddings.weight.numel()
+    total, emb = ch2_counts.counted(ch2_counts.classifier_on_meta(config))
     return float(total), float(emb), None

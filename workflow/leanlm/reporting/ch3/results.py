@@ -31,24 +31,37 @@ FOOTNOTE_5 = ("Token-mixing baseline of Lee-Thorp et al. (2022), the thesis's fo
               "has it: the thesis reports it per task only (Tables 3.5-3.8), and PEoP is not defined for it.")
 
 
+def lm_protocol(config: dict) -> str:
+    """How the lm columns' perplexities were made (DESIGN §8), for the captions of Tables 3.2 and 3.14."""
+    lm = config.get("finetune", {}).get("lm", {})
+    how = ("after fine-tuning the decoder on each benchmark's train split, one run per seed"
+           if lm.get("fine_tune") is not None else "of the pretrained decoder zero-shot, one run")
+    return f"test perplexity {how}, stride {lm.get('stride', 256)}"
+
+
+def averaged_epochs(config: dict) -> int:
+    """How many epoch-end checkpoints the translation runs' BLEU is the mean of (the thesis: five)."""
+    return config.get("pretrain", {}).get("translation", {}).get("average_last_epochs", 1)
+
+
 def is_extra(run: Run) -> bool:
     return run.attention in TOKEN_MIXERS
 
 
 @lru_cache(maxsize=64)
-def _task_seeded(task: str) -> bool:
+def _task_runner(family: str, task: str):
     # Imported here: the runners pull in the training stack, which only this question needs.
-    from leanlm.data.tasks import get_task
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.plugins import TASK_RUNNERS, runner_name
 
-    return bool(TASK_RUNNERS.get(get_task(task).input_shape).seeded)
+    return TASK_RUNNERS.get(runner_name(family, task))
 
 
 def family_seeds(config: dict, family: str, tasks) -> list[int]:
     """The seeds a family's results hold: all of the profile's, or the first where the result does
-    not depend on the seed (perplexity, BLEU: their runners have ``seeded = False``)."""
+    not depend on the seed (BLEU, zero-shot perplexity: their runners say so for the family's settings)."""
     seeds = list(config["seeds"])
-    return seeds if any(_task_seeded(t) for t in tasks) else seeds[:1]
+    settings = config.get("finetune", {}).get(family, {})
+    return seeds if any(_task_runner(family, t).is_seeded(settings) for t in tasks) else seeds[:1]
 
 
 @dataclass(frozen=True)

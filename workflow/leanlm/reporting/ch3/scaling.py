@@ -16,7 +16,8 @@ from __future__ import annotations
 import pandas as pd
 
 from leanlm.reporting import derived
-from leanlm.reporting.ch3.results import Block, block_summary, printed, printed_params_cells, require_named_runs
+from leanlm.reporting.ch3.results import (Block, averaged_epochs, block_summary, lm_protocol, printed,
+                                          printed_params_cells, require_named_runs)
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.reported import load_reported
@@ -112,7 +113,7 @@ def table_3_14(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
         columns += [Column("MHA", group), Column("MHE-MUL", group), Column("PRR", group, "↑")]
     caption = (
         "MHA and MHE-MUL across model sizes (Table 3.14): GLUE and SUPERGLUE averages (x 100), WIKITEXT-103 "
-        "and PENN TREEBANK perplexity, and the performance retention ratio (PRR, %) of MHE-MUL against MHA "
+        f"and PENN TREEBANK perplexity ({lm_protocol(config)}), and the performance retention ratio (PRR, %) of MHE-MUL against MHA "
         "(the inverse form for perplexity); means over seeds (stds in the CSV), each row above the thesis's "
         f"printed row. {scale_note(config, 'bert')}. #Params counts the attention weights of each model. "
         "BASE rows are the models of Tables 3.1 and 3.2; LARGE/MEDIUM double the layers and widen the model. "
@@ -181,7 +182,8 @@ def table_3_15(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
                   Column("MHE-MUL", "BLEU↑"), Column("PRR", arrow="↑")])
     caption = (
         "MHA and MHE-MUL encoder-decoders on WMT-14 English to German across model sizes (Table 3.15): test "
-        "BLEU (one seed) and the performance retention ratio (PRR, %) of MHE-MUL against MHA, each row above the "
+        f"BLEU (one seed; the mean over the checkpoints of the last {averaged_epochs(config)} epoch(s)) and the "
+        "performance retention ratio (PRR, %) of MHE-MUL against MHA, each row above the "
         f"thesis's printed row. N: encoder + decoder layers; d_m: model width; h heads of d_h; p_drop: dropout; "
         f"#Steps: training steps. {scale_note(config, 'transformer')}. #Params counts the attention weights "
         "(self- and cross-attention) of each model."

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from leanlm.errors import LeanLMError
+from leanlm.reporting.ch3.results import averaged_epochs, lm_protocol
 from leanlm.reporting.ch3.results import (
     Block,
     block_summary,
@@ -127,11 +128,12 @@ def table_3_2(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Decoder-only results: GLUE dev, WIKITEXT-103 and PENN TREEBANK test perplexity (Table 3.2)."""
     return efficiency_table(profile, config, tidy, table="table_3_2", experiment="ch3_decoder",
                             blocks=TABLE_3_2_BLOCKS, what="Decoder-only architecture on GLUE dev sets and "
-                            "language modelling test sets", landscape=True)
+                            f"language modelling test sets ({lm_protocol(config)})", landscape=True)
 
 
 def table_3_3(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Encoder-decoder BLEU on WMT-14 English-German with PRR and PEoP (Table 3.3; PEoP to one decimal)."""
     return efficiency_table(profile, config, tidy, table="table_3_3", experiment="ch3_encdec",
-                            blocks=TABLE_3_3_BLOCKS, what="Encoder-decoder on WMT-14 English to German (test BLEU)",
+                            blocks=TABLE_3_3_BLOCKS, what=f"Encoder-decoder on WMT-14 English to German (test BLEU, one seed, "
+                            f"averaged over the checkpoints of the last {averaged_epochs(config)} epoch(s))",
                             peop_digits=1)

@@ -1,0 +1,150 @@
+"""``leanlm mirror``: fill the hub mirror (:mod:`leanlm.data.mirror`) on a machine with network.
+
+Everything the profile's hub source reads is fetched through the same loaders the data stages use
+(with the mirror switched off, so they go to the hub) and written in the hub's own schema:
+
+- the task sets of every fine-tuned family (GLUE, SuperGLUE, SQuAD, WMT-14, WikiText-103, PTB):
+  each dataset/config once, all its splits, ``DatasetDict.save_to_disk``;
+- the pretraining corpora (Wikipedia + BookCorpus for ``source: hub``, the named ``data.corpora``):
+  the streamed split, its first ``max_documents`` rows where the profile caps them;
+- the hub tokenizers (``data.tokenizer`` of kind hub, ``data.tokenizers``): ``save_pretrained``;
+- the hub checkpoints runs start from (objective ``hub``: CANINE-C): ``save_pretrained``.
+
+Items already in the mirror are kept (delete a folder to fetch it again). ``MIRROR.json`` records the
+profile, the items and the total size, which :func:`fill_mirror` also returns. lm-eval's own tasks are
+not mirrored: lm-eval downloads them itself into the Hugging Face cache (``HF_HOME``), which a cluster
+can share the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from pathlib import Path
+
+from leanlm.data import mirror
+from leanlm.errors import ConfigError
+from leanlm.io import write_json
+
+log = logging.getLogger(__name__)
+
+# Families whose tasks lm-eval reads itself (not through our hub loaders).
+LM_EVAL_FAMILIES = ("lm_eval", "analysis")
+
+
+def _save_dataset(target: Path, data) -> None:
+    import datasets
+
+    if not isinstance(data, datasets.DatasetDict):
+        data = datasets.DatasetDict(dict(data))
+    data.save_to_disk(str(target))
+
+
+def _task_items(config: dict, root: Path) -> list[str]:
+    from leanlm.data import hub, lm_tasks, squad
+    from leanlm.data.stages import _task_specs
+
+    loaders = {"lm": lm_tasks.load_lm_dataset, "squad": squad.load_squad}
+    done, items = set(), []
+    for spec in _task_specs(config):
+        if spec.family in LM_EVAL_FAMILIES:
+            continue
+        key = (spec.hub["dataset"], spec.hub.get("config"))
+        if key in done:
+            continue
+        done.add(key)
+        target = mirror.dataset_dir(root, *key)
+        items.append(str(target.relative_to(root)))
+        if (target / "dataset_dict.json").is_file():
+            log.info("mirror: %s/%s already there", *key)
+            continue
+        log.info("mirror: %s/%s", *key)
+        _save_dataset(target, loaders.get(spec.family, hub.load_hub_dataset)(spec, config["profile"]))
+    return items
+
+
+def _corpus_items(config: dict, root: Path) -> list[str]:
+    import datasets
+
+    from leanlm.data import hub, pretrain_data
+
+    corpora = []
+    if config["source"] == "hub":
+        cap = (config["data"].get("corpus") or {}).get("max_documents")
+        corpora += [(c["dataset"], c["config"], c["split"], cap) for c in hub.HUB_CORPORA]
+    for name, spec in (config["data"].get("corpora") or {}).items():
+        corpora.append((spec["dataset"], spec.get("config"), spec["split"], spec.get("max_documents")))
+    items = []
+    for dataset, name, split, cap in corpora:
+        target = mirror.corpus_dir(root, dataset, name, split)
+        items.append(str(target.relative_to(root)))
+        if (target / "dataset_info.json").is_file():
+            continue
+        hub.ensure_hub_reachable(f"corpus {dataset}", config["profile"])
+        stream = pretrain_data.load_streaming_rows(dataset, {"dataset": dataset, "config": name, "split": split},
+                                                   config["profile"])
+        rows = itertools.islice(stream, cap)
+        log.info("mirror: corpus %s/%s %s (%s rows)", dataset, name, split, cap or "all")
+        datasets.Dataset.from_generator(lambda: (dict(r) for r in rows), features=stream.features).save_to_disk(
+            str(target))
+    return items
+
+
+def _tokenizer_items(config: dict, root: Path) -> list[str]:
+    from transformers import AutoTokenizer
+
+    from leanlm.data import hub
+
+    names = []
+    if (config["data"].get("tokenizer") or {}).get("kind") == "hub":
+        names.append(config["data"]["tokenizer"]["name"])
+    names += [t["name"] for t in (config["data"].get("tokenizers") or {}).values() if t.get("name")]
+    items = []
+    for name in dict.fromkeys(names):
+        target = mirror.tokenizer_dir(root, name)
+        items.append(str(target.relative_to(root)))
+        if (target / "tokenizer.json").is_file():
+            continue
+        hub.ensure_hub_reachable(f"tokenizer {name}", config["profile"])
+        AutoTokenizer.from_pretrained(name, use_fast=True).save_pretrained(str(target))
+    return items
+
+
+def _model_items(config: dict, root: Path) -> list[str]:
+    from transformers import AutoModel
+
+    from leanlm.data import hub
+    from leanlm.runs import runs
+
+    names = sorted({r.hub_checkpoint for r in runs(config)
+                    if r.objective == "hub" and r.hub_checkpoint and not Path(r.hub_checkpoint).is_dir()})
+    items = []
+    for name in names:
+        target = mirror.model_dir(root, name)
+        items.append(str(target.relative_to(root)))
+        if (target / "config.json").is_file():
+            continue
+        hub.ensure_hub_reachable(f"checkpoint {name}", config["profile"])
+        AutoModel.from_pretrained(name).save_pretrained(str(target), safe_serialization=True)
+    return items
+
+
+def fill_mirror(config: dict, out: str | Path | None = None) -> dict:
+    """Fill the mirror at ``out`` (default: the active mirror setting) with what ``config`` reads from
+    the hub; returns MIRROR.json's record (items and ``bytes``)."""
+    root = Path(out).expanduser().resolve() if out else mirror.configure_mirror(config)
+    if root is None:
+        raise ConfigError(f"{config['_params_file']}: no mirror to fill; pass --out DIR, or set "
+                          f"{mirror.SETTING} in the profile (or {mirror.ENV_VAR})")
+    if config["source"] != "hub":
+        raise ConfigError(f"{config['_params_file']}: source is {config['source']!r}; only the hub source reads "
+                          f"a mirror (the packaged source needs none)")
+    mirror.disable_mirror()  # the loaders below must go to the hub, not to the mirror being filled
+    try:
+        items = {"datasets": _task_items(config, root), "corpora": _corpus_items(config, root),
+                 "tokenizers": _tokenizer_items(config, root), "models": _model_items(config, root)}
+    finally:
+        mirror.configure_mirror(config)
+    record = {"profile": config["profile"], "items": items, "bytes": mirror.directory_size(root)}
+    write_json(root / "MIRROR.json", record)
+    return record
