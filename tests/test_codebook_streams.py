@@ -168,3 +168,15 @@ def test_word_rows_number_tokens_as_the_codebook_does():
     book = HashCodebook(__import__("leanlm.hashing", fromlist=["MD5Hasher"]).MD5Hasher())
     assert ids == book.encode(["b a [SEP] b", "", "c a"]) and rows.tokens == book.tokens
     assert rows.tokens[: len(SPECIAL_TOKENS)] == list(SPECIAL_TOKENS)
+
+
+def test_hash_pretraining_packs_from_the_streams(project, tmp_path):
+    from leanlm.training.pretrain import pretrain
+
+    config = load_config("params/smoke.yaml")
+    run = get_run(config, "ch2_hashformers-md5_emb_1k")
+    _, old_train, old_valid = _in_memory(config, run, pretrain_settings(config, run)["seq_len"])
+    record = pretrain(config, run.run_id)
+    assert (record["data"]["train_sequences"], record["data"]["validation_sequences"]) == (len(old_train), len(old_valid))
+    books = tmp_path / "cache" / "codebooks"
+    assert len(list(books.glob("words-*/train.sep.uint32"))) == 1 and len(list(books.glob("codebook-*/fitted.json"))) == 1
