@@ -217,18 +217,35 @@ def _interleave(streams: list[Iterator[Document]]) -> Iterator[Document]:
                 active.remove(stream)
 
 
-def stream_hub_corpus(profile: str) -> Iterator[Document]:
-    """Wikipedia + BookCorpus, streamed from the hub and interleaved document by document."""
+def _stream_rows(corpus: Mapping[str, Any], what: str):
+    """A hub corpus's rows, streamed; the hub's automatic parquet copy when the main revision does not load.
+
+    bookcorpus/bookcorpus is a script dataset, which recent ``datasets`` refuse to run ("Dataset scripts are
+    no longer supported"); its parquet copy (``refs/convert/parquet``) has the same rows, as for the Penn
+    Treebank (:func:`leanlm.data.lm_tasks.load_lm_dataset`).
+    """
     import datasets
 
+    from leanlm.data.lm_tasks import PARQUET_REVISION
+
+    errors = []
+    for revision in (None, PARQUET_REVISION):
+        try:
+            return datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"], streaming=True,
+                                         revision=revision)
+        except Exception as exc:  # see load_glue
+            errors.append(f"revision {revision or 'main'}: {exc}")
+            log.info("could not stream %s at revision %s: %s", what, revision or "main", exc)
+    raise DataError(f"could not stream {what} from the Hugging Face hub ({'; '.join(errors)})")
+
+
+def stream_hub_corpus(profile: str) -> Iterator[Document]:
+    """Wikipedia + BookCorpus, streamed from the hub and interleaved document by document."""
     streams = []
     for corpus in HUB_CORPORA:
         what = f"{corpus['dataset']}" + (f"/{corpus['config']}" if corpus["config"] else "")
         ensure_hub_reachable(what, profile)
-        try:
-            rows = datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"], streaming=True)
-        except Exception as exc:  # see load_glue
-            raise DataError(f"could not stream {what} from the Hugging Face hub: {exc}") from exc
+        rows = _stream_rows(corpus, what)
         if corpus["name"] == "bookcorpus":
             streams.append(bookcorpus_documents(rows, corpus["lines_per_document"], corpus["name"]))
         else:
