@@ -63,13 +63,22 @@ print(json.dumps({"mode": mode, "run": run_id, "rows": len(train), "seq_len": se
 """
 
 
-def make_corpus(source: Path, target: Path, scale: int) -> int:
+def make_corpus(source: Path, target: Path, scale: int, fresh_words: bool = False) -> int:
+    """The training split ``scale`` times over; with ``fresh_words`` copy i > 0 suffixes every word with
+    ``q<i>``, so the distinct words grow with the tokens (the worst case for the codebook)."""
+    import re
+
     target.mkdir(parents=True, exist_ok=True)
     with open(source / "train.jsonl", "rb") as handle:
         train = handle.read()
     with open(target / "train.jsonl", "wb") as out:
-        for _ in range(scale):
-            out.write(train)
+        for copy in range(scale):
+            if copy and fresh_words:
+                rows = (json.loads(line) for line in train.decode("utf-8").splitlines() if line.strip())
+                out.write("".join(json.dumps({"text": re.sub(r"(\w+)", rf"\1q{copy}", row["text"])}) + "\n"
+                                  for row in rows).encode("utf-8"))
+            else:
+                out.write(train)
     shutil.copyfile(source / "validation.jsonl", target / "validation.jsonl")
     return sum(len(json.loads(line)["text"].split()) for line in open(target / "train.jsonl", encoding="utf-8"))
 
@@ -91,13 +100,15 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", default=["ch2_hashformers-md5_proj", "ch2_hashformers-lsh_proj",
                                                       "ch2_subword-lsh_proj"])
     parser.add_argument("--modes", nargs="+", default=["streamed", "in_memory"])
+    parser.add_argument("--fresh-words", action="store_true",
+                        help="new words in every copy: distinct words grow with the corpus")
     args = parser.parse_args()
     print("| run | corpus | words (train) | mode | rows | codebook rows | peak RSS over imports (MiB) | s |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="leanlm-bench-") as tmp:
         for scale in args.scales:
             corpus = Path(tmp) / f"x{scale}"
-            words = make_corpus(Path(args.corpus), corpus, scale)
+            words = make_corpus(Path(args.corpus), corpus, scale, args.fresh_words)
             for run_id in args.runs:
                 cache = Path(tmp) / f"cache-x{scale}-{run_id}"
                 results = []
@@ -108,7 +119,7 @@ def main() -> None:
                     else:
                         results.append(("in memory", measure(mode, run_id, corpus, args.params, cache)))
                 for label, r in results:
-                    print(f"| {run_id} | {scale}x | {words:,} | {label} | {r['rows']:,} | {r['codebook_rows']:,} | "
+                    print(f"| {run_id} | {scale}x{' fresh' if args.fresh_words else ''} | {words:,} | {label} | {r['rows']:,} | {r['codebook_rows']:,} | "
                           f"{r['packing_mib']:.0f} | {r['seconds']:.1f} |", flush=True)
                 shutil.rmtree(cache, ignore_errors=True)
 
