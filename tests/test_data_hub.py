@@ -216,3 +216,36 @@ def test_hub_corpus_stage_streams_into_the_corpus_shape(tmp_path, monkeypatch):
     stats = json.loads((tmp_path / "data" / "paper" / "corpus" / "STATS.json").read_text())
     assert stats["total"]["documents"] == 5
     assert {s: c["documents"] for s, c in stats["by_source"].items()} == {"wikipedia": 3, "bookcorpus": 2}
+
+
+def test_bookcorpus_streams_from_the_parquet_copy_when_its_script_does_not_load(tmp_path, monkeypatch):
+    """bookcorpus/bookcorpus is a script dataset: recent `datasets` refuse it at the main revision, and the
+    corpus is read from the hub's parquet conversion instead (as the Penn Treebank is); Wikipedia loads at main."""
+    import datasets
+
+    from leanlm.data.lm_tasks import PARQUET_REVISION
+
+    calls, real_load = [], datasets.load_dataset
+
+    def load_dataset(name, config=None, split=None, streaming=False, revision=None):
+        calls.append((name, revision))
+        if name == "bookcorpus/bookcorpus" and revision is None:
+            raise RuntimeError("Dataset scripts are no longer supported, but found bookcorpus.py")
+        fixture = "bookcorpus" if name == "bookcorpus/bookcorpus" else "wikipedia"
+        return real_load("json", data_files=str(FIXTURES / "hub_corpus" / f"{fixture}.jsonl"), split="train",
+                         streaming=streaming)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(hub, "ensure_hub_reachable", lambda what, profile: None)
+    docs = list(hub.stream_hub_corpus("paper"))
+    assert calls == [("wikimedia/wikipedia", None), ("bookcorpus/bookcorpus", None),
+                     ("bookcorpus/bookcorpus", PARQUET_REVISION)]
+    assert {d.source for d in docs} == {"wikipedia", "bookcorpus"}
+
+    def never(name, config=None, split=None, streaming=False, revision=None):
+        raise RuntimeError(f"no {name} at {revision}")
+
+    monkeypatch.setattr(datasets, "load_dataset", never)
+    with pytest.raises(DataError, match=r"could not stream wikimedia/wikipedia/20231101.en .*revision main: .*"
+                                        r"revision refs/convert/parquet: "):
+        hub.stream_hub_corpus("paper")

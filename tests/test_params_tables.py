@@ -7,7 +7,7 @@ import pytest
 
 from leanlm.config import load_config
 from leanlm.reporting.params_tables import fmt_value
-from leanlm.reporting.render import render_table
+from leanlm.reporting.render import PARAMS_TABLES, render_table
 from leanlm.reporting.reported import load_reported
 
 
@@ -41,6 +41,8 @@ def test_hyperparameter_tables_are_the_profiles_values(scratch_root, profile):
             setting = t311.loc[label, f"{column}_setting"]
             assert t311.loc[label, column] == fmt_value(_setting(config, setting)), (column, label)
     t312 = pd.read_csv(scratch_root / "paper_tables" / profile / "table_3_12.csv", keep_default_na=False).set_index("row")
+    caption = PARAMS_TABLES.get("table_3_12")(profile, config).context["caption"]
+    assert "up to 20 epochs with early stopping" in caption and "but prints no patience" in caption
     for family in ("glue", "superglue", "squad"):
         settings = config["finetune"][family]
         assert t312.loc["Peak learning rate", family] == fmt_value(settings["lr"])

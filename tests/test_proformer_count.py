@@ -12,7 +12,7 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.counting import total_parameters
 from leanlm.modeling.embeddings import BertEmbeddings
 from leanlm.modeling.seq2seq import sinusoidal_positions
-from leanlm.reporting.ch2_counts import classifier_on_meta, format_count, table_2_2_parameter_rows
+from leanlm.reporting.ch2.counts import classifier_on_meta, format_count, table_2_2_parameter_rows
 from leanlm.runs import runs
 from leanlm.errors import ConfigError
 

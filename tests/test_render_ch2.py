@@ -278,5 +278,16 @@ def test_tables_2_4_and_2_5_from_the_profile(scratch_root, config):
     assert frame.loc["Fine-tuning seeds", "glue"] == "0, 1, 2"
     assert frame.loc["Peak learning rate", "glue_setting"] == "finetune.glue + finetune_variants.glue_ch2.lr"
     assert frame.loc["Learning rate schedule", "reported"] == "cosine with hard restarts"
+    # Ch. 2 prints no early stopping: a profile that stops early is told a deviation; the profiles turn it off.
+    assert frame.loc["Early stopping patience", "glue"] == "2"
+    assert "this profile stops after 2 evaluations without improvement" in t25.context["caption"]
+    for profile in ("smoke", "paper"):
+        real = load_config(REPO / "params" / f"{profile}.yaml")
+        assert real["finetune_variants"]["glue_ch2"]["early_stopping_patience"] is None
+    off = copy.deepcopy(config)
+    off["finetune_variants"]["glue_ch2"]["early_stopping_patience"] = None
+    t25_off = PARAMS_TABLES.get("table_2_5")("smoke", off)
+    assert t25_off.frame.set_index("row").loc["Early stopping patience", "glue"] == "-"
+    assert "prints no early stopping for chapter 2, and the runs train every epoch" in t25_off.context["caption"]
     tex, _ = write_table("smoke", "table_2_5", t25)
     assert "Table 2.5" in tex.read_text()

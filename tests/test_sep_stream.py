@@ -168,7 +168,7 @@ def _wordpiece(texts) -> Tokenizer:
     return tok
 
 
-def test_pack_streams_fingerprintable_tokenizers_and_packs_codebooks_in_memory(cache, tmp_path):
+def test_pack_streams_fingerprintable_tokenizers_and_leaves_codebooks_to_codebook_streams(cache, tmp_path):
     from leanlm.hashing import HashCodebook, MD5Hasher
     from leanlm.training.hash_inputs import CodebookTokenizer
     from leanlm.training.pretrain import _pack
@@ -185,13 +185,10 @@ def test_pack_streams_fingerprintable_tokenizers_and_packs_codebooks_in_memory(c
     expected = pack_sequences(tokenize_documents(wordpiece, read_documents(split), "t"), 12, cls, sep)
     assert len(rows) == len(expected) > 10 and torch.equal(rows[:], expected)
     assert len(list(cache.glob("*.sep.uint16"))) == 1
-    codebook = CodebookTokenizer(HashCodebook(MD5Hasher()))  # no serialised form: packed in memory
-    packed = _pack(codebook, split, 12, "t")
-    assert not streamable(codebook) and isinstance(packed, torch.Tensor)
-    docs = [e.ids for e in codebook.encode_batch(texts, add_special_tokens=False)]
-    assert torch.equal(packed, pack_sequences(docs, 12, codebook.token_to_id("[CLS]"), codebook.token_to_id("[SEP]")))
-    with pytest.raises(DataError, match="no full sequence of 1000 tokens"):
-        _pack(codebook, split, 1000, "t")
+    codebook = CodebookTokenizer(HashCodebook(MD5Hasher()))  # no serialised form: codebook_streams packs it
+    assert not streamable(codebook)
+    with pytest.raises(DataError, match="CodebookTokenizer cannot key.*codebook_streams.codebook_corpus"):
+        _pack(codebook, split, 12, "t")
 
 
 def test_mlm_pretraining_through_the_stream(tiny_project, cache, monkeypatch):  # noqa: F811
@@ -200,7 +197,6 @@ def test_mlm_pretraining_through_the_stream(tiny_project, cache, monkeypatch):  
     from leanlm.data.tokenizer import load_tokenizer
     from leanlm.training import pretrain as pretrain_module
 
-    monkeypatch.setattr(pretrain_module, "pack_sequences", lambda *a, **k: pytest.fail("packed in memory"))
     config = load_config("params/smoke.yaml")
     record = pretrain_module.pretrain(config, "ch2_hashformers-bert_mlm")
     assert record["objective"] == "mlm" and record["summary"]["steps"] == 4

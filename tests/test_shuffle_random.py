@@ -104,3 +104,57 @@ def test_model_loss_is_token_level_cross_entropy_and_backbone_transfers():
     assert none.item() == 0.0 and none.requires_grad
     classifier = transfer_backbone(BertForSequenceClassification(config, num_labels=2), model)
     assert torch.equal(classifier.encoder.layers[0].output.weight, model.encoder.layers[0].output.weight)
+
+
+def _official_reference(ids, special, generator, p_shuffle, p_random, vocab):
+    """The official collator's steps, one position at a time (draws in the same order)."""
+    order = torch.randperm(ids.shape[1], generator=generator)
+    u_shuffle = torch.rand(ids.shape, generator=generator)
+    u_random = torch.rand(ids.shape, generator=generator)
+    words = torch.randint(vocab, ids.shape, generator=generator, dtype=ids.dtype)
+    out, labels = ids.clone(), torch.zeros_like(ids)
+    for b in range(ids.shape[0]):
+        for i in range(ids.shape[1]):
+            if special[b, i]:
+                labels[b, i] = IGNORE_INDEX
+                continue
+            source = int(order[i])
+            if u_shuffle[b, i] < p_shuffle:
+                out[b, i] = ids[b, i] if special[b, source] else ids[b, source]  # a special never moves in
+                labels[b, i] = 1
+            elif u_random[b, i] < p_random:
+                out[b, i], labels[b, i] = words[b, i], 2
+    return out, labels
+
+
+def test_official_code_corruption_follows_the_collator():
+    from leanlm.training.shuffle_random import shuffle_random_as_official_code
+    from leanlm.objectives.shuffle_random import ShuffleRandomBatches
+
+    ids = torch.randint(5, 40, (4, 24), generator=torch.Generator().manual_seed(0))
+    ids[:, 0], ids[:, -1], ids[1, 7], ids[2, 3:6] = 2, 3, 3, 7  # [CLS] ... [SEP], a mid [SEP], repeats
+    special = torch.isin(ids, torch.tensor([0, 1, 2, 3, 4]))
+    got = shuffle_random_as_official_code(ids, special, torch.Generator().manual_seed(5), 0.3, 0.3, 40)
+    want = _official_reference(ids, special, torch.Generator().manual_seed(5), 0.3, 0.3, 40)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert (got[1] == 1).any() and (got[1] == 2).any() and (got[1][special] == IGNORE_INDEX).all()
+    assert torch.equal(got[0][special], ids[special])  # special positions keep their tokens
+    batches = ShuffleRandomBatches(ids, [0, 1, 2, 3, 4], 40, 4, 1, 0.3, 0.3, seed=0, corruption="official_code")
+    out = batches.masked(ids, torch.Generator().manual_seed(5))
+    assert torch.equal(out["input_ids"], want[0]) and torch.equal(out["labels"], want[1])
+    with pytest.raises(ConfigError, match="corruption='collator' must be one of"):
+        ShuffleRandomBatches(ids, [0, 1, 2, 3, 4], 40, 4, 1, 0.3, 0.3, seed=0, corruption="collator")
+    with pytest.raises(ConfigError, match=r"must lie in \[0, 1\)"):
+        shuffle_random_as_official_code(ids, special, torch.Generator(), 1.0, 0.1, 40)
+
+
+def test_profile_may_pick_the_official_corruption(scratch_root):
+    from leanlm.config import load_config
+    from params_files import edit_yaml
+
+    smoke = scratch_root / "params/smoke.yaml"
+    edit_yaml(smoke, lambda d: d["pretrain"]["shuffle_random"].update(corruption="official_code"))
+    assert load_config("params/smoke.yaml")["pretrain"]["shuffle_random"]["corruption"] == "official_code"
+    edit_yaml(smoke, lambda d: d["pretrain"]["shuffle_random"].update(corruption="code"))
+    with pytest.raises(ConfigError, match="corruption"):
+        load_config("params/smoke.yaml")

@@ -253,11 +253,31 @@ def _interleave(streams: list[Iterator[Document]]) -> Iterator[Document]:
                 active.remove(stream)
 
 
+def _stream_rows(corpus: Mapping[str, Any], what: str):
+    """A hub corpus's rows, streamed; the hub's automatic parquet copy when the main revision does not load.
+
+    bookcorpus/bookcorpus is a script dataset, which recent ``datasets`` refuse to run ("Dataset scripts are
+    no longer supported"); its parquet copy (``refs/convert/parquet``) has the same rows, as for the Penn
+    Treebank (:func:`leanlm.data.lm_tasks.load_lm_dataset`).
+    """
+    import datasets
+
+    from leanlm.data.lm_tasks import PARQUET_REVISION
+
+    errors = []
+    for revision in (None, PARQUET_REVISION):
+        try:
+            return datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"], streaming=True,
+                                         revision=revision)
+        except Exception as exc:  # see load_glue
+            errors.append(f"revision {revision or 'main'}: {exc}")
+            log.info("could not stream %s at revision %s: %s", what, revision or "main", exc)
+    raise DataError(f"could not stream {what} from the Hugging Face hub ({'; '.join(errors)})")
+
+
 def stream_hub_corpus(profile: str) -> Iterator[Document]:
     """Wikipedia + BookCorpus, streamed from the hub (or read from the hub mirror) and interleaved
     document by document."""
-    import datasets
-
     from leanlm.data.mirror import mirrored_corpus
 
     streams = []
@@ -266,11 +286,7 @@ def stream_hub_corpus(profile: str) -> Iterator[Document]:
         rows = mirrored_corpus(corpus["dataset"], corpus["config"], corpus["split"], profile)
         if rows is None:
             ensure_hub_reachable(what, profile)
-            try:
-                rows = datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"],
-                                             streaming=True)
-            except Exception as exc:  # see load_glue
-                raise DataError(f"could not stream {what} from the Hugging Face hub: {exc}") from exc
+            rows = _stream_rows(corpus, what)
         if corpus["name"] == "bookcorpus":
             streams.append(bookcorpus_documents(rows, corpus["lines_per_document"], corpus["name"]))
         else:

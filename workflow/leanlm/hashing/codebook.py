@@ -21,6 +21,7 @@ same rows and hashes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -223,6 +224,14 @@ class HashCodebook:
         if len(self) <= self.n_special:
             raise DataError("the codebook holds no token yet; encode the corpus first")
         return torch.randint(self.n_special, len(self), shape, generator=generator)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of what decides every row's hashes: the hasher's state (MD5's key and bits; LSH's
+        n-gram vocabulary, bits and seed, hence its hyperplanes), the buckets and the piece tokenizer.
+        Equal fingerprints hash every token alike; rows are not part of it (they are the corpus's)."""
+        state = {"hasher": self.hasher.to_dict(), "n_buckets": self.n_buckets,
+                 "tokenizer": None if self.tokenizer is None else self.tokenizer.to_str()}
+        return hashlib.sha256(json.dumps(state, sort_keys=True).encode("utf-8")).hexdigest()
 
     # -- persistence ------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:

@@ -19,9 +19,11 @@ Variants and their ``embedding_options`` (defaults in brackets):
   ``1K`` (= 1,037: with the regular-token vector 1,038 rows, Pool's size; DESIGN §8).
 - ``hash_pool`` (Pool, Eq. 2.1): ``hash``, ``bits`` T [128], ``k`` [10]; a shared codebook of 2^k
   rows, ceil(T/k) codewords (the last one shorter: 8 bits for T=128, k=10), softmax over the
-  codewords per hidden dimension.
+  codewords per hidden dimension. ``dropout`` [0.0]: dropout on each gathered codebook vector before
+  the weighted sum, which the official HashFormers code applies (0.1) and the thesis does not describe.
 - ``hash_add`` (Add, Eq. 2.2): ``hash``, ``bits`` [128], ``scale`` [sqrt] (sqrt: gamma = sqrt(T), as
-  footnote 5; mean: gamma = T); T codebooks of 2 vectors.
+  footnote 5; mean: gamma = T); T codebooks of 2 vectors. ``dropout`` [0.0]: dropout on the codebook
+  vectors themselves (one mask per forward pass, DropConnect), as the official code's Add (0.1).
 - ``hash_proj`` (Proj, Eq. 2.3): ``hash``, ``bits`` [128]; output j is the Pearson correlation of the
   bit vector with learnable vector w_j (d vectors of length T).
 
@@ -183,6 +185,15 @@ class HashEmbedding(nn.Module, abc.ABC):
                    if not name.startswith("special_tokens."))
 
 
+def dropout_option(options: Mapping[str, Any], config: ModelConfig) -> float:
+    """``embedding_options.dropout`` in [0, 1): 0 is the thesis; the official HashFormers code uses 0.1."""
+    value = options["dropout"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ConfigError(f"model config: embedding_options.dropout={value!r} (embedding {config.embedding!r}) "
+                          f"must be a number in [0, 1): 0 as the thesis, 0.1 as the official HashFormers code")
+    return float(value)
+
+
 def _bits(features: torch.Tensor, n_bits: int, name: str) -> torch.Tensor:
     if features.size(-1) != n_bits:
         raise DataError(f"embedding {name!r} was built for {n_bits}-bit hashes but hash_bits has "
@@ -226,11 +237,12 @@ class HashPoolEmbedding(HashEmbedding):
     13 gathered vectors per token are never stored for backward (the Appendix 2.9 remark).
     """
 
-    defaults = {**HashEmbedding.defaults, "bits": 128, "k": 10}
+    defaults = {**HashEmbedding.defaults, "bits": 128, "k": 10, "dropout": 0.0}
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
         self.n_bits = positive_int(self.options, "bits", config)
+        self.dropout = dropout_option(self.options, config)
         self.k = positive_int(self.options, "k", config)
         if self.k > 24:
             raise ConfigError(f"model config: embedding_options.k={self.k} gives a codebook of 2^k rows; "
@@ -253,6 +265,9 @@ class HashPoolEmbedding(HashEmbedding):
     def embed_hashed(self, hash_bits: torch.Tensor) -> torch.Tensor:
         codes = self.codewords(hash_bits)
         weights = self.codeword_weights.softmax(dim=0)  # [C, d]: softmax over codewords per dim
+        if self.dropout and self.training:  # the official code's dropout on the gathered vectors
+            gathered = F.dropout(self.codebook(codes), self.dropout, training=True)  # [..., C, d]
+            return (gathered * weights).sum(dim=-2)
         table = (self.codebook.weight[None] * weights[:, None]).flatten(0, 1)  # [C * 2^k, d]
         flat = (codes + self.offsets).flatten(0, -2)  # [N, C] rows of the scaled table
         out = F.embedding_bag(flat, table, mode="sum")
@@ -267,11 +282,12 @@ class HashAddEmbedding(HashEmbedding):
     instead of T gathers.
     """
 
-    defaults = {**HashEmbedding.defaults, "bits": 128, "scale": "sqrt"}
+    defaults = {**HashEmbedding.defaults, "bits": 128, "scale": "sqrt", "dropout": 0.0}
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
         self.n_bits = positive_int(self.options, "bits", config)
+        self.dropout = dropout_option(self.options, config)
         if self.options["scale"] not in ("sqrt", "mean"):
             raise ConfigError(f"model config: embedding_options.scale={self.options['scale']!r} must be "
                               f"'sqrt' (gamma = sqrt(T), the thesis) or 'mean' (gamma = T)")
@@ -281,7 +297,8 @@ class HashAddEmbedding(HashEmbedding):
 
     def embed_hashed(self, hash_bits: torch.Tensor) -> torch.Tensor:
         bits = _bits(hash_bits, self.n_bits, self.name)
-        zero, one = self.codebooks[:, 0], self.codebooks[:, 1]
+        codebooks = F.dropout(self.codebooks, self.dropout, training=self.training) if self.dropout else self.codebooks
+        zero, one = codebooks[:, 0], codebooks[:, 1]
         return (zero.sum(0) + torch.matmul(bits.to(one.dtype), one - zero)) / self.gamma
 
 

@@ -7,9 +7,11 @@ and Qwen2.5: Pythia's 50K BPE vocabulary (50,304 embedding rows), head dim = hid
 RMSNorm eps 1e-6, no dropout, sequences of 2048 tokens (the fixed Q/K sequence's length), MHA
 (KV heads = heads) so that every variant has exactly the same parameters.
 
-The thesis does not say whether input and output embeddings are tied. They are untied here
-(Qwen2Config's default): the totals then come closest to the size names (77M, 191M, 481M, 1.73B
-against 51M, 152M, 436M, 1.63B tied). ``qwen_config(..., tie_word_embeddings=True)`` ties them.
+The thesis does not say whether input and output embeddings are tied. They are untied here, as
+``transformers``' Qwen2Config defaults to (the released Qwen2.5-0.5B and Qwen3-1.7B checkpoints tie
+theirs). Neither choice matches every size name: untied totals are 77M, 191M, 481M and 1.73B, tied
+ones 51M, 152M, 436M and 1.63B, so untied is closer for 70M, 500M and 1.7B and tied for 160M.
+``qwen_config(..., tie_word_embeddings=True)`` ties them (docs/design-notes.md, Chapter 4).
 """
 
 from __future__ import annotations

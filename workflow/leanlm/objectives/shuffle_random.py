@@ -1,13 +1,15 @@
 """The ``shuffle_random`` pretraining objective (ch. 2): HashFormers and BERT-S+R.
 
-Registered in :data:`leanlm.training.pretrain.OBJECTIVES`; the shared runner
+Registered by its file name in :data:`leanlm.plugins.OBJECTIVES`; the shared runner
 (:func:`~leanlm.training.pretrain.pretrain_packed`) packs the corpus with the run's tokenizer (the
 profile's subword tokenizer for BERT-S+R, a hash codebook of words or pieces for HashFormers: see
 :mod:`leanlm.training.hash_inputs`, which also adds the hash features to every batch) and trains the
 ``shuffle_random`` head. The corruption is :func:`leanlm.training.shuffle_random.shuffle_random`:
 about ``shuffle_prob`` of the non-special tokens of a row permuted among themselves and
 ``random_prob`` replaced by a uniformly drawn non-special token id (a codebook row for HashFormers),
-labels original / shuffled / random, special tokens ignored (DESIGN §8). Table 2.4's settings are the
+labels original / shuffled / random, special tokens ignored (DESIGN §8); ``corruption: official_code``
+corrupts as the official HashFormers code's collator does instead
+(:func:`~leanlm.training.shuffle_random.shuffle_random_as_official_code`). Table 2.4's settings are the
 profile's ``pretrain.shuffle_random`` block.
 """
 
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from leanlm.errors import DataError
+from leanlm.errors import ConfigError, DataError
 from leanlm.training.pretrain import PackedBatches, PackedTextObjective, special_token_ids
-from leanlm.training.shuffle_random import shuffle_random
+from leanlm.training.shuffle_random import shuffle_random, shuffle_random_as_official_code
+
+CORRUPTIONS = ("thesis", "official_code")
 
 
 class NonSpecialSampler:
@@ -39,16 +43,23 @@ class ShuffleRandomBatches(PackedBatches):
     """Shuffle+Random over packed sequences (random access, as MLMBatches)."""
 
     def __init__(self, sequences: torch.Tensor, special_ids: list[int], vocab_size: int, batch_size: int,
-                 grad_accum: int, shuffle_prob: float, random_prob: float, seed: int):
+                 grad_accum: int, shuffle_prob: float, random_prob: float, seed: int, corruption: str = "thesis"):
         super().__init__(sequences, batch_size, grad_accum, seed)
+        if corruption not in CORRUPTIONS:
+            raise ConfigError(f"pretrain.shuffle_random.corruption={corruption!r} must be one of {CORRUPTIONS}")
         self.special = torch.tensor(sorted(special_ids), dtype=torch.long)
         self.sampler = NonSpecialSampler(vocab_size, special_ids)
+        self.vocab_size, self.corruption = vocab_size, corruption
         self.shuffle_prob, self.random_prob = shuffle_prob, random_prob
 
     def masked(self, rows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         special_mask = torch.isin(rows, self.special)
-        inputs, labels = shuffle_random(rows, special_mask, generator, self.shuffle_prob, self.random_prob,
-                                        vocab_or_sampler=self.sampler)
+        if self.corruption == "official_code":
+            inputs, labels = shuffle_random_as_official_code(rows, special_mask, generator, self.shuffle_prob,
+                                                             self.random_prob, self.vocab_size)
+        else:
+            inputs, labels = shuffle_random(rows, special_mask, generator, self.shuffle_prob, self.random_prob,
+                                            vocab_or_sampler=self.sampler)
         return {"input_ids": inputs, "attention_mask": torch.ones_like(rows), "labels": labels}
 
 
@@ -59,7 +70,8 @@ class ShuffleRandomObjective(PackedTextObjective):
     def batches(self, settings, tokenizer, sequences, seed):
         return ShuffleRandomBatches(sequences, special_token_ids(tokenizer), tokenizer.get_vocab_size(),
                                     settings["batch_size"], settings["grad_accum"],
-                                    settings.get("shuffle_prob", 0.1), settings.get("random_prob", 0.1), seed)
+                                    settings.get("shuffle_prob", 0.1), settings.get("random_prob", 0.1), seed,
+                                    settings.get("corruption", "thesis"))
 
 
 Objective = ShuffleRandomObjective

@@ -24,6 +24,9 @@ OBJECTIVES = [("mlm", "MLM (encoders)", "bert"), ("causal_lm", "causal LM (decod
               ("translation", "translation (enc.-dec.)", "transformer")]
 FINETUNE_FAMILIES = [("glue", "GLUE"), ("superglue", "SUPERGLUE"), ("squad", "SQUAD")]
 
+EARLY_STOPPING_NOTE = ("The thesis fine-tunes \"up to 20 epochs with early stopping\" (§3.4.4) but prints no "
+                       "patience: the early stopping patience row is this pipeline's choice (evaluations in a row "
+                       "without improvement of the task's primary metric on the dev set).")
 BATCH_NOTE = ("The profile sets the batch of one optimizer step over all GPUs (batch_size x grad_accum); the "
               "thesis's 32 per GPU on four GPUs is the text's batch of 128 (§3.4.4).")
 
@@ -168,6 +171,6 @@ def table_3_12(profile: str, config: dict) -> Table:
                f"(params file {Path(config['_params_file']).name}), beside the thesis's; dropout is the encoder's; "
                f"{data_note}. SQuAD's warmup is the thesis's printed step count (about 6% of 20 epochs over the "
                f"full train split's windows); each result records the warmup_steps it ran with. "
-               f"{scale_note(config, 'bert')}. A '-' marks a setting the thesis does not print.")
+               f"{EARLY_STOPPING_NOTE} {scale_note(config, 'bert')}. A '-' marks a setting the thesis does not print.")
     return hyperparameter_table(profile, config, table="table_3_12", rows=FINETUNE_ROWS, columns=columns,
                                 caption=caption, thesis_align="p{5.2cm}", value_align="p{2.2cm}")

@@ -87,14 +87,17 @@ class StreamRows:
     sep_id)``: bodies of ``seq_len - 2`` consecutive tokens, each returned as ``[CLS] body [SEP]``
     ([CLS]/[SEP] packing; the stream never stores the wrapping). Supports what the pretraining batches use
     of a packed ``(N, seq_len)`` tensor: ``len``, ``shape``, indexing by an int, a slice, or a tensor, array
-    or list of row numbers; only the rows asked for are read.
+    or list of row numbers; only the rows asked for are read. ``lookup`` maps the stream's ids as they are
+    read (``lookup[id]``: ch. 2's hashed pieces, subword ids to codebook rows).
     """
 
-    def __init__(self, stream: np.ndarray, seq_len: int, wrap: tuple[int, int] | None = None):
+    def __init__(self, stream: np.ndarray, seq_len: int, wrap: tuple[int, int] | None = None,
+                 lookup: np.ndarray | None = None):
         _check_seq_len(seq_len, wrapped=wrap is not None)
         body = seq_len - 2 if wrap is not None else seq_len
         n_rows = len(stream) // body
         self.seq_len, self.wrap = seq_len, wrap
+        self.lookup = None if lookup is None else np.asarray(lookup, dtype=np.int64)
         self.rows = np.asarray(stream)[: n_rows * body].reshape(n_rows, body)
 
     def __len__(self) -> int:
@@ -108,6 +111,8 @@ class StreamRows:
         if isinstance(index, torch.Tensor):
             index = index.cpu().numpy()
         body = self.rows[index]
+        if self.lookup is not None:
+            body = self.lookup[body]
         if self.wrap is None:
             return torch.from_numpy(np.array(body, dtype=np.int64))
         out = np.empty(body.shape[:-1] + (self.seq_len,), dtype=np.int64)

@@ -170,30 +170,39 @@ def _tokenizer_for(run, codebook: HashCodebook, config: dict, pieces=None) -> Co
     return CodebookTokenizer(codebook)
 
 
-def fit_codebook(config: dict, run, texts: Sequence[str]) -> HashCodebook:
-    """The (row-less) codebook of a hash run, fitted on ``texts``: LSH's top-50K character n-grams
-    of the words or pieces there, weighted by frequency; MD5 needs nothing but its key."""
+def fit_codebook(config: dict, run, train_path: str | Path, pieces=None) -> HashCodebook:
+    """The (row-less) codebook of a hash run, fitted on the split ``train_path``: LSH's top-50K character
+    n-grams of the words or pieces there, weighted by frequency, counted ``ENCODE_CHUNK`` documents at a
+    time (the split never sits in memory); MD5 needs nothing but its key."""
+    from leanlm.training.eos_packing import _text_chunks
+
     model_config = _model_config(run)
     check_run_tokenizer(run, model_config)
     settings = codebook_settings(model_config)
     counts = None
     if settings["hash"] == "lsh":
-        pieces = subword_tokenizer(config, run) if run.tokenizer == "hash_subword" else None
-        counts = corpus_token_counts(texts, pieces)
+        if run.tokenizer == "hash_subword" and pieces is None:
+            pieces = subword_tokenizer(config, run)
+        counts = Counter()
+        for texts in _text_chunks(Path(train_path)):
+            counts.update(corpus_token_counts(texts, pieces if run.tokenizer == "hash_subword" else None))
     return HashCodebook.for_model(model_config, token_counts=counts)
 
 
 def pretraining_tokenizer(config: dict, run):
-    """The tokenizer a run packs its pretraining corpus with: its named one or the profile's
-    (:func:`subword_tokenizer`), or a fresh :class:`CodebookTokenizer` fitted on the training split."""
+    """The tokenizer of a run that trains no model on packed text (ProFormer's ``none``) or of one that
+    packs through :func:`leanlm.training.pretrain._pack`: its named one or the profile's
+    (:func:`subword_tokenizer`), or a fresh :class:`CodebookTokenizer` fitted on the training split
+    (packed hash runs take theirs, with its rows, from :func:`leanlm.training.codebook_streams.codebook_corpus`)."""
     from leanlm.data.pretrain_data import run_data
-    from leanlm.training.text_batches import read_documents
 
     if not uses_codebook(run):
         check_run_tokenizer(run, _model_config(run))
         return subword_tokenizer(config, run)
-    texts = read_documents(run_data(config, run).corpus_dir / "train.jsonl")
-    return _tokenizer_for(run, fit_codebook(config, run, texts), config)
+    train = run_data(config, run).corpus_dir / "train.jsonl"
+    if not train.is_file():
+        raise DataError(f"corpus split {train} is missing; run the data stage first (`snakemake data` or `dvc repro`)")
+    return _tokenizer_for(run, fit_codebook(config, run, train), config)
 
 
 def save_inputs(tokenizer, directory: str | Path) -> None:

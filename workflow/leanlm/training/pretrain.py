@@ -19,7 +19,8 @@ with the shared engine (checkpoints + resume after a kill), and writes
 
 Both packings ([CLS]/[SEP] for chs. 2-3, end-of-text for ch. 4) read a memory-mapped token stream built
 once per (tokenizer, split) (:mod:`leanlm.training.eos_packing`), so neither Wikipedia + BookCorpus nor
-SlimPajama's ~16B tokens ever sit in memory; only ch. 2's codebook tokenizers pack in memory.
+SlimPajama's ~16B tokens ever sit in memory; ch. 2's hash codebooks stream their rows the same way
+(:mod:`leanlm.training.codebook_streams`).
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ from leanlm.runs import get_run, pretrain_settings
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
 from leanlm.training.fixed_sequence import attach_fixed_sequence
-from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs, with_features, word_embedding_parameters
-from leanlm.training.objectives import mlm_mask, pack_sequences
+from leanlm.training.codebook_streams import codebook_corpus
+from leanlm.training.hash_inputs import (pretraining_tokenizer, save_inputs, uses_codebook, with_features,
+                                         word_embedding_parameters)
+from leanlm.training.objectives import mlm_mask
 from leanlm.training.run_tokenizer import save_run_tokenizer
 from leanlm.training.seeding import seed_everything, step_generator
 from leanlm.training.step_timing import StepClock
-from leanlm.training.text_batches import example_indices, micro_batches_per_step, read_documents, tokenize_documents
+from leanlm.training.text_batches import example_indices, micro_batches_per_step
 
 log = logging.getLogger(__name__)
 
@@ -158,15 +161,11 @@ def _pack(tokenizer, path, seq_len: int, desc: str):
                             f"the documents of {path} with")
         return eos_packed_rows(tokenizer, path, seq_len, eos, desc)  # (N, seq_len) rows, memory-mapped
     cls_id, sep_id = special_token_id(tokenizer, "cls"), special_token_id(tokenizer, "sep")
-    if streamable(tokenizer):  # `d1 SEP d2 ...` memory-mapped, cached across jobs; [CLS]/[SEP] added per row read
-        return sep_packed_rows(tokenizer, path, seq_len, cls_id, sep_id, desc)
-    # Ch. 2's hash codebook tokenizers (hash_inputs.CodebookTokenizer, PieceCodebookTokenizer) have no
-    # serialised form, hence no cache key for a stream: they keep the in-memory packing (fitting their
-    # codebook already reads the whole training split into memory: hash_inputs.pretraining_tokenizer).
-    packed = pack_sequences(tokenize_documents(tokenizer, read_documents(path), desc=desc), seq_len, cls_id, sep_id)
-    if len(packed) == 0:
-        raise DataError(f"{path}: no full sequence of {seq_len} tokens could be packed; the corpus is too small")
-    return packed
+    if not streamable(tokenizer):  # ch. 2's codebook tokenizers pack through codebook_streams instead
+        raise DataError(f"{desc}: {type(tokenizer).__name__} cannot key a cached token stream of {path}; hash "
+                        f"runs pack with leanlm.training.codebook_streams.codebook_corpus")
+    # `d1 SEP d2 ...` memory-mapped, cached across jobs; [CLS]/[SEP] added per row read
+    return sep_packed_rows(tokenizer, path, seq_len, cls_id, sep_id, desc)
 
 
 @torch.no_grad()
@@ -244,15 +243,21 @@ def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
     seed_everything(PRETRAIN_SEED)
     started = time.time()
     data = run_data(config, run)
-    # A named tokenizer (ch. 4: Pythia's BPE; ch. 2: RoBERTa's BPE) or the profile's, or for ch. 2's hash
-    # runs a codebook of words or of that tokenizer's pieces (hash_inputs).
-    tokenizer = pretraining_tokenizer(config, run)
-    if objective.head != "causal_lm" and uses_eos_packing(tokenizer):
-        raise ConfigError(f"{config['_params_file']}: run {run_id} pretrains with {run.objective}, which needs the "
-                          f"tokenizer's [CLS]/[SEP]/[MASK]; tokenizer {data.tokenizer or 'of the profile'} has none")
     corpus = data.corpus_dir
-    train_seqs = _pack(tokenizer, corpus / "train.jsonl", settings["seq_len"], "tokenize train")
-    valid_seqs = _pack(tokenizer, corpus / "validation.jsonl", settings["seq_len"], "tokenize validation")
+    if uses_codebook(run):
+        # Ch. 2's hash runs: a codebook of words or of their tokenizer's pieces (hash_inputs), its rows and
+        # the corpus's row-id streams built once per (codebook, corpus) and memory-mapped (codebook_streams).
+        packed = codebook_corpus(config, run, corpus, settings["seq_len"])
+        tokenizer, train_seqs, valid_seqs = packed.tokenizer, packed.train, packed.validation
+    else:
+        # A named tokenizer (ch. 4: Pythia's BPE; ch. 2: RoBERTa's BPE) or the profile's.
+        tokenizer = pretraining_tokenizer(config, run)
+        if objective.head != "causal_lm" and uses_eos_packing(tokenizer):
+            raise ConfigError(f"{config['_params_file']}: run {run_id} pretrains with {run.objective}, which needs "
+                              f"the tokenizer's [CLS]/[SEP]/[MASK]; tokenizer {data.tokenizer or 'of the profile'} "
+                              f"has none")
+        train_seqs = _pack(tokenizer, corpus / "train.jsonl", settings["seq_len"], "tokenize train")
+        valid_seqs = _pack(tokenizer, corpus / "validation.jsonl", settings["seq_len"], "tokenize validation")
     log.info("%s: %d training sequences of %d tokens", run_id, len(train_seqs), settings["seq_len"])
 
     # Named tokenizers may pad the embedding (Pythia: 50,277 tokens -> 50,304 rows, Table 4.10).

@@ -89,3 +89,46 @@ def shuffle_random(
     labels[to_random & changed] = RANDOM
     labels[~eligible] = IGNORE_INDEX
     return corrupted, labels
+
+
+def shuffle_random_as_official_code(
+    input_ids: torch.Tensor,
+    special_mask: torch.Tensor,
+    generator: torch.Generator,
+    shuffle_prob: float,
+    random_prob: float,
+    vocab_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """S+R as the official HashFormers code's collator corrupts (``corruption: official_code``; the
+    differences from :func:`shuffle_random` are listed in docs/design-notes.md):
+
+    - one permutation of the positions for the whole batch; where it brings a special token, the
+      position keeps its own token;
+    - each non-special position takes its permuted token with probability ``shuffle_prob`` (label 1,
+      even when the token is the same), then each other non-special position a uniform id of the whole
+      vocabulary (special ids included) with probability ``random_prob`` (label 2, likewise);
+    - labels 0 elsewhere, -100 at special positions.
+    """
+    if input_ids.dim() != 2 or input_ids.shape != special_mask.shape:
+        raise DataError(f"shuffle_random: input_ids {tuple(input_ids.shape)} and special_mask "
+                        f"{tuple(special_mask.shape)} must be the same (batch, length) shape")
+    if not (0.0 <= shuffle_prob < 1.0 and 0.0 <= random_prob < 1.0):
+        raise ConfigError(f"shuffle_prob={shuffle_prob} and random_prob={random_prob} must lie in [0, 1)")
+    device, shape = input_ids.device, input_ids.shape
+    special = special_mask.bool()
+    order = torch.randperm(shape[1], generator=generator, device=generator.device).to(device)
+    shuffle_draw = torch.rand(shape, generator=generator, device=generator.device).to(device)
+    random_draw = torch.rand(shape, generator=generator, device=generator.device).to(device)
+    replacement = torch.randint(vocab_size, shape, generator=generator, device=generator.device,
+                                dtype=input_ids.dtype).to(device)
+
+    moved = torch.where(special[:, order], input_ids, input_ids[:, order])
+    to_shuffle = ~special & (shuffle_draw < shuffle_prob)
+    to_random = ~special & ~to_shuffle & (random_draw < random_prob)
+    corrupted = torch.where(to_shuffle, moved, input_ids)
+    corrupted = torch.where(to_random, replacement, corrupted)
+    labels = torch.full_like(input_ids, ORIGINAL)
+    labels[to_shuffle] = SHUFFLED
+    labels[to_random] = RANDOM
+    labels[special] = IGNORE_INDEX
+    return corrupted, labels

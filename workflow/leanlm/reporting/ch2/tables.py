@@ -347,6 +347,16 @@ def table_2_4(profile: str, config: dict) -> Table:
                                 caption=caption, thesis_align="l", value_align="p{2.6cm}")
 
 
+def _early_stopping_note(settings: dict) -> str:
+    """Chapter 2 prints no early stopping (Table 2.5 gives only the maximum epochs): say what the profile does."""
+    patience = settings.get("early_stopping_patience")
+    if patience is None:
+        return ("The thesis prints no early stopping for chapter 2, and the runs train every epoch; the best "
+                "evaluation on the dev set is the one reported.")
+    return (f"The thesis prints no early stopping for chapter 2; this profile stops after {patience} evaluations "
+            f"without improvement (early_stopping_patience), a deviation.")
+
+
 def table_2_5(profile: str, config: dict) -> Table:
     """Fine-tuning hyperparameters of the ch. 2 GLUE runs as the profile sets them (Table 2.5)."""
     variant = finetune_variant(config)
@@ -357,6 +367,7 @@ def table_2_5(profile: str, config: dict) -> Table:
                              lambda s, m: pt.fmt_value(s.get("seeds", config["seeds"])))]
     caption = (f"Hyperparameters used in fine-tuning (Table 2.5), as the {profile} profile sets them (params file "
                f"{Path(config['_params_file']).name}, {source}), beside the thesis's (three runs). "
+               f"{_early_stopping_note(glue_settings(config) if columns else {})} "
                f"{params_scale(config)} A '-' marks a setting the thesis does not print.")
     return pt.hyperparameter_table(profile, config, table="table_2_5", rows=rows, columns=columns,
                                 caption=caption, thesis_align="p{6.2cm}", value_align="p{3.2cm}")
