@@ -50,6 +50,10 @@ onstart:
 
 onsuccess:
     forkserver.stop(SERVER.pop("server", None))
+    # The claims' verdicts, last thing on screen (paper_tables/<profile>/claims.md has the details).
+    from leanlm.claims.report import print_summary
+
+    print_summary(PROFILE)
 
 
 onerror:
@@ -68,6 +72,7 @@ rule all:
         result_tables(),
         params_tables(),
         analytic_outputs(),
+        claims_outputs(),
         pdf_target(),
     default_target: True
 

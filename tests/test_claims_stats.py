@@ -89,7 +89,7 @@ def test_regions_for_equivalence_and_margins():
     assert verdict(iv, (0.0, np.inf)) == INCONCLUSIVE
 
 
-@pytest.mark.parametrize("name", ["accuracy", "f1", "matthews", "pearson", "spearman"])
+@pytest.mark.parametrize("name", ["accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman"])
 def test_recomputed_metrics_match_scikit_learn_and_scipy(name):
     rng = np.random.default_rng(3)
     n = 60
@@ -97,6 +97,10 @@ def test_recomputed_metrics_match_scikit_learn_and_scipy(name):
         ref = np.round(rng.random(n) * 5, 1)
         pred = np.round(ref + rng.normal(0, 1, n), 1)
         want = {"pearson": sps.pearsonr, "spearman": sps.spearmanr}[name](pred, ref)[0]
+    elif name == "macro_f1":  # CB: three classes, the rare one sometimes absent from a draw
+        ref = rng.choice(3, n, p=[0.5, 0.4, 0.1])
+        pred = np.where(rng.random(n) < 0.6, ref, rng.integers(0, 3, n))
+        want = skm.f1_score(ref, pred, average="macro")
     else:
         ref = rng.integers(0, 2, n)
         pred = np.where(rng.random(n) < 0.7, ref, 1 - ref)

@@ -17,9 +17,11 @@ One bootstrap draw resamples, with replacement,
 recomputes every measurement on the draw, and applies the claim's effect function. The 95% interval
 is the 2.5 and 97.5 percentiles of the effect over the draws (Efron's percentile interval).
 
-Where a measurement has neither per-example data nor two seeds, nothing varies across draws: its
-interval has no width, and :func:`verdict` calls the claim inconclusive, since no uncertainty was
-measured (``basis`` says ``none``).
+Where no measurement kept per-example data, only seeds vary: the interval is then a paired t
+interval over the per-seed effects (:func:`seed_t_interval`), since a percentile bootstrap over the
+2-5 seeds a profile runs is far too narrow. Where a measurement has neither per-example data nor
+two seeds, nothing varies: its interval has no width, and :func:`verdict` calls the claim
+inconclusive, since no uncertainty was measured (``basis`` says ``none``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,22 @@ def _f1(data, idx):
     denom = 2 * tp + fp + fn
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(denom > 0, 2 * tp / np.where(denom > 0, denom, 1), 0.0)
+
+
+def _macro_f1(data, idx):
+    """Unweighted mean of per-class F1 over the classes present in the draw's references or predictions
+    (scikit-learn's average="macro"), 0 for a class never predicted nor present."""
+    pred, ref = data["prediction"][idx], data["reference"][idx]
+    classes = np.union1d(np.unique(data["prediction"]), np.unique(data["reference"]))
+    total = np.zeros(idx.shape[0])
+    present = np.zeros(idx.shape[0])
+    for c in classes:
+        tp = ((pred == c) & (ref == c)).sum(axis=1)
+        denom = (pred == c).sum(axis=1) + (ref == c).sum(axis=1)
+        seen = denom > 0
+        total += np.where(seen, 2 * tp / np.where(seen, denom, 1), 0.0)
+        present += seen
+    return total / np.maximum(present, 1)
 
 
 def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -119,6 +137,7 @@ STATISTICS: dict[str, Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarra
     "perplexity": _perplexity,  # per-document negative log-likelihood and units (tokens, words)
     "accuracy": _accuracy,    # predictions and references: the metric recomputed on the draw
     "f1": _f1,
+    "macro_f1": _macro_f1,
     "matthews": _matthews,
     "pearson": _pearson,
     "spearman": _spearman,
@@ -258,13 +277,36 @@ def paired_bootstrap(measurements: Mapping[str, Measurement],
         raise ValueError(f"level must lie in (0, 1), got {level}")
     rng = np.random.default_rng(seed)
     estimate = float(np.asarray(effect(measurement_draws(measurements, 1, rng, observed=True)))[0])
+    basis = basis_of(list(measurements.values()))
+    if basis == "seeds" and not any(s.examples is not None for m in measurements.values() for s in m.seeds):
+        seeds_t = seed_t_interval(measurements, effect, estimate, level)
+        if seeds_t is not None:
+            return seeds_t
     samples = np.asarray(effect(measurement_draws(measurements, draws, rng)), dtype=float)
     finite = samples[np.isfinite(samples)]
     if finite.size < 0.9 * draws or not np.isfinite(estimate):
         return Interval(estimate, float("nan"), float("nan"), level, draws, "undefined")
     alpha = (1 - level) / 2
     low, high = np.quantile(finite, [alpha, 1 - alpha])
-    return Interval(estimate, float(low), float(high), level, draws, basis_of(list(measurements.values())))
+    return Interval(estimate, float(low), float(high), level, draws, basis)
+
+
+def seed_t_interval(measurements: Mapping[str, Measurement], effect, estimate: float, level: float) -> Interval | None:
+    """Seed-level data only (no per-example data kept): a paired t interval over the per-seed effects,
+    which, unlike a percentile bootstrap over 2-5 seeds, widens as it should when seeds are few.
+    None when the measurements do not share one list of seeds (then the bootstrap pairs what it can)."""
+    from scipy import stats as sps
+
+    seed_lists = {m.seed_ids for m in measurements.values()}
+    if len(seed_lists) != 1:
+        return None
+    k = len(next(iter(seed_lists)))
+    per_seed = np.array([float(np.asarray(effect({key: np.array([m.seeds[j].value]) for key, m in measurements.items()}))[0])
+                         for j in range(k)])
+    if not np.isfinite(per_seed).all():
+        return Interval(estimate, float("nan"), float("nan"), level, 0, "undefined")
+    half = sps.t.ppf(0.5 + level / 2, k - 1) * per_seed.std(ddof=1) / np.sqrt(k)
+    return Interval(estimate, float(estimate - half), float(estimate + half), level, 0, "seeds")
 
 
 def verdict(interval: Interval, region: tuple[float, float]) -> str:

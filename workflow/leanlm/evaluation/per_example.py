@@ -1,0 +1,78 @@
+"""Per-example evaluation data kept in a run's results, so a claim's interval can resample examples.
+
+Every (task, seed) result may carry
+
+    "per_example": {"data": {field: [...]}, "statistics": {metric: [statistic, {role: field}]}}
+
+``data`` holds equal-length lists, one entry per evaluation example, in the evaluation set's order
+(the same order for every model, which is what pairs the comparison); ``statistics`` says which
+function of which fields gives each metric (``mean`` of a ``score``; ``perplexity`` from ``nll`` and
+``units``; or a metric recomputed from ``prediction`` and ``reference``: accuracy, f1, macro_f1,
+matthews, pearson, spearman; see leanlm.claims.stats). Metrics it does not list (MultiRC's per-question
+scores) are resampled at the seed level only. Kept compact: integers as integers, floats rounded.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+# Metrics recomputable from one prediction and one reference per example.
+RECOMPUTABLE = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")
+FLOAT_DIGITS = 6
+
+
+def _compact(values: Sequence) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, bool):
+            out.append(int(v))
+        elif isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 2**53):
+            out.append(int(v))
+        else:
+            out.append(round(float(v), FLOAT_DIGITS))
+    return out
+
+
+def classification(predictions: Sequence, references: Sequence, metrics: Iterable[str]) -> dict | None:
+    """Predictions and references of a classification or regression evaluation, for the metrics that
+    are a function of them alone (None when the task has none: grouped metrics only)."""
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions for {len(references)} references")
+    statistics = {m: [m, {}] for m in metrics if m in RECOMPUTABLE}
+    if not statistics or not predictions:
+        return None
+    return {"data": {"prediction": _compact(predictions), "reference": _compact(references)},
+            "statistics": statistics}
+
+
+def scores(fields: dict[str, Sequence], statistics: dict[str, list]) -> dict | None:
+    """Named per-example fields (correctness, log-likelihoods, units) and the statistic of each metric."""
+    lengths = {len(v) for v in fields.values()}
+    if not fields or len(lengths) != 1 or 0 in lengths:
+        return None
+    return {"data": {k: _compact(v) for k, v in fields.items()}, "statistics": statistics}
+
+
+def lm_eval(documents: Sequence[dict]) -> dict | None:
+    """lm-eval's per-document metric values (run_lm_eval's ``samples``) as per-example data: accuracies
+    as 0/1 scores; word/byte perplexity from each document's log-likelihood and word/byte count;
+    LAMBADA's perplexity from each continuation's log-likelihood (one unit each)."""
+    if not documents:
+        return None
+    fields: dict[str, list] = {}
+    statistics: dict[str, list] = {}
+    for metric in documents[0]:
+        values = [d[metric] for d in documents]
+        if metric in ("acc", "acc_norm"):
+            fields[metric] = [float(v) for v in values]
+            statistics[metric] = ["mean", {"score": metric}]
+        elif metric in ("word_perplexity", "byte_perplexity") and all(isinstance(v, (list, tuple)) for v in values):
+            unit = "words" if metric == "word_perplexity" else "bytes"
+            fields["nll"] = [-float(v[0]) for v in values]
+            fields[unit] = [float(v[1]) for v in values]
+            statistics[metric] = ["perplexity", {"nll": "nll", "units": unit}]
+        elif metric == "perplexity" and all(isinstance(v, (int, float)) for v in values):
+            fields["continuation_nll"] = [-float(v) for v in values]
+            fields["one"] = [1] * len(values)
+            statistics[metric] = ["perplexity", {"nll": "continuation_nll", "units": "one"}]
+    return scores(fields, statistics) if statistics else None
