@@ -1,0 +1,61 @@
+"""Per-example evaluation data (leanlm.evaluation.per_example): what the claims' bootstrap resamples
+must give back, on the full set, the very number the evaluation reported."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_lm_eval_adapter import TEXTS, make_model, offline_datasets, tokenizer, write_task  # noqa: F401
+
+from leanlm.claims.stats import SeedScores
+from leanlm.evaluation import per_example
+from leanlm.evaluation.lm_eval_adapter import run_lm_eval
+from leanlm.evaluation.metrics import compute_all
+
+
+def observed(record: dict, metric: str) -> float:
+    """The metric recomputed from the per-example record on every example (no resampling)."""
+    statistic, roles = record["statistics"][metric]
+    from leanlm.claims.stats import FIELDS, PAIR_FIELDS
+
+    fields = {role: np.asarray(record["data"][roles.get(role, role)]) for role in FIELDS.get(statistic, PAIR_FIELDS)}
+    n = len(next(iter(fields.values())))
+    return float(SeedScores(seed=0, value=0.0, statistic=statistic, examples=fields).on(np.arange(n)[None])[0])
+
+
+def test_classification_record_reproduces_the_reported_metrics():
+    rng = np.random.default_rng(0)
+    ref = rng.integers(0, 2, 50).tolist()
+    pred = [r if rng.random() < 0.7 else 1 - r for r in ref]
+    metrics = ["f1", "accuracy", "matthews"]
+    record = per_example.classification(pred, ref, metrics)
+    reported = compute_all(metrics, pred, ref)
+    for metric in metrics:
+        assert observed(record, metric) == pytest.approx(reported[metric])
+    assert record["data"]["prediction"] == pred  # integers stay integers (compact JSON)
+
+
+def test_grouped_only_metrics_keep_no_per_example_record():
+    assert per_example.classification([1, 0], [1, 1], ["f1a", "group_em"]) is None
+
+
+def test_lm_eval_samples_reproduce_lm_eval_scores(tokenizer, tmp_path, offline_datasets):  # noqa: F811
+    """lm-eval's own logged samples (log_samples) of a multiple-choice and a rolling-loglikelihood task."""
+    rows = [{"query": "the cat sat on the", "choices": ["mat", "dog", "sky"], "label": 0},
+            {"query": "a dog ran in the", "choices": ["park", "sun"], "label": 0},
+            {"query": "the sky is", "choices": ["hot", "blue"], "label": 1}]
+    write_task(tmp_path, "tiny_choice", rows, output_type="multiple_choice", doc_to_text="{{query}}",
+               doc_to_choice="choices", doc_to_target="label",
+               metric_list=[{"metric": "acc", "aggregation": "mean", "higher_is_better": True}])
+    write_task(tmp_path, "tiny_pages", [{"page": t} for t in TEXTS], output_type="loglikelihood_rolling",
+               doc_to_text="", doc_to_target="{{page}}",
+               metric_list=[{"metric": "word_perplexity", "aggregation": "weighted_perplexity", "higher_is_better": False}])
+    samples: dict = {}
+    results = run_lm_eval(make_model(tokenizer), tokenizer, ["tiny_choice", "tiny_pages"], str(tmp_path),
+                          batch_size=4, bootstrap_iters=0, samples=samples)
+    choice = per_example.lm_eval(samples["tiny_choice"])
+    assert len(choice["data"]["acc"]) == len(rows)
+    assert observed(choice, "acc") == pytest.approx(results["tiny_choice"]["acc"])
+    pages = per_example.lm_eval(samples["tiny_pages"])
+    assert pages["data"]["words"] == [len(t.split()) for t in TEXTS]
+    assert observed(pages, "word_perplexity") == pytest.approx(results["tiny_pages"]["word_perplexity"], rel=1e-5)
