@@ -137,3 +137,17 @@ def test_combine_quantifiers():
     assert combine([CONTRADICTED, SUPPORTED], "most") == CONTRADICTED
     assert combine([NOT_RUN, NOT_RUN], "every") == NOT_RUN
     assert combine([NOT_RUN, SUPPORTED], "every") == SUPPORTED
+
+
+def test_seed_level_t_interval_covers_at_the_stated_rate():
+    """Seed-level data only: per-seed scores with a shared seed effect (the paired design) and noise."""
+    rng = np.random.default_rng(4)
+    trials, covered = 400, 0
+    for _ in range(trials):
+        seed_effect = rng.normal(0, 0.02, 3)
+        a = Measurement(tuple(SeedScores(seed=i, value=0.75 + e + rng.normal(0, 0.01)) for i, e in enumerate(seed_effect)))
+        b = Measurement(tuple(SeedScores(seed=i, value=0.72 + e + rng.normal(0, 0.01)) for i, e in enumerate(seed_effect)))
+        iv = paired_bootstrap({"a": a, "b": b}, diff)
+        assert iv.basis == "seeds"
+        covered += iv.low <= 3.0 <= iv.high
+    assert 0.92 <= covered / trials <= 0.98
