@@ -59,3 +59,36 @@ def test_lm_eval_samples_reproduce_lm_eval_scores(tokenizer, tmp_path, offline_d
     pages = per_example.lm_eval(samples["tiny_pages"])
     assert pages["data"]["words"] == [len(t.split()) for t in TEXTS]
     assert observed(pages, "word_perplexity") == pytest.approx(results["tiny_pages"]["word_perplexity"], rel=1e-5)
+
+
+def test_span_qa_record_reproduces_squad_scores():
+    from leanlm.evaluation.squad import as_references
+
+    answers = ["the cat", "blue", "", "in the park"]
+    golds = [["the cat", "a cat"], ["the sky"], [], ["the park"]]
+    record = per_example.span_qa(answers, golds, ["squad_f1", "squad_em"])
+    reported = compute_all(["squad_f1", "squad_em"], np.asarray(answers, dtype=object), as_references(golds))
+    for metric in ("squad_f1", "squad_em"):
+        assert observed(record, metric) == pytest.approx(reported[metric])
+
+
+def test_bleu_record_reproduces_corpus_bleu_and_its_resamples():
+    from leanlm.evaluation.bleu import STAT_FIELDS, sentence_statistics
+
+    hyps = ["Das Haus ist klein .", "Der Hund bellt laut", "Ich gehe heute nach Hause", "Guten Morgen"]
+    refs = ["Das Haus ist klein .", "Der Hund bellt", "Heute gehe ich nach Hause", "Guten Abend"]
+    record = per_example.scores(sentence_statistics(hyps, refs), {"bleu": ["bleu", {}]})
+    assert tuple(record["data"]) == STAT_FIELDS
+    assert observed(record, "bleu") == pytest.approx(compute_all(["bleu"], hyps, refs)["bleu"])
+    pick = [0, 2, 2, 3]  # a bootstrap draw is the corpus BLEU of the drawn sentences
+    fields = {k: np.asarray(v) for k, v in record["data"].items()}
+    drawn = SeedScores(seed=0, value=0.0, statistic="bleu", examples=fields).on(np.array([pick]))[0]
+    assert drawn == pytest.approx(compute_all(["bleu"], [hyps[i] for i in pick], [refs[i] for i in pick])["bleu"])
+
+
+def test_perplexity_windows_reproduce_the_perplexity():
+    from leanlm.evaluation.perplexity import perplexity
+
+    nll, tokens = [12.5, 30.1, 7.7], [5, 12, 3]
+    record = per_example.scores({"nll": nll, "tokens": tokens}, {"perplexity": ["perplexity", {"nll": "nll", "units": "tokens"}]})
+    assert observed(record, "perplexity") == pytest.approx(perplexity(np.array(nll), np.array(tokens)))

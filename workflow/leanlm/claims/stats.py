@@ -132,6 +132,14 @@ def _spearman(data, idx):
     return _pearson_rows(_ranks_rows(pred), _ranks_rows(ref))
 
 
+def _bleu(data, idx):
+    """Corpus BLEU (0..1) of each draw's sentences from their summed sacrebleu statistics."""
+    from leanlm.evaluation.bleu import STAT_FIELDS, bleu_from_statistics
+
+    sums = np.stack([data[f][idx].sum(axis=1) for f in STAT_FIELDS], axis=1)  # (draws, fields)
+    return np.array([bleu_from_statistics(row.tolist()) for row in sums])
+
+
 STATISTICS: dict[str, Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarray]] = {
     "mean": _mean,            # per-example scores (correctness, EM, F1 of a question, lm-eval acc)
     "perplexity": _perplexity,  # per-document negative log-likelihood and units (tokens, words)
@@ -141,8 +149,11 @@ STATISTICS: dict[str, Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarra
     "matthews": _matthews,
     "pearson": _pearson,
     "spearman": _spearman,
+    "bleu": _bleu,            # per-sentence n-gram statistics (leanlm.evaluation.bleu.STAT_FIELDS)
 }
-FIELDS = {"mean": ("score",), "perplexity": ("nll", "units")}
+BLEU_FIELDS = ("hyp_len", "ref_len", "correct_1", "correct_2", "correct_3", "correct_4",
+               "total_1", "total_2", "total_3", "total_4")
+FIELDS = {"mean": ("score",), "perplexity": ("nll", "units"), "bleu": BLEU_FIELDS}
 PAIR_FIELDS = ("prediction", "reference")
 
 

@@ -7,9 +7,12 @@ Every (task, seed) result may carry
 ``data`` holds equal-length lists, one entry per evaluation example, in the evaluation set's order
 (the same order for every model, which is what pairs the comparison); ``statistics`` says which
 function of which fields gives each metric (``mean`` of a ``score``; ``perplexity`` from ``nll`` and
-``units``; or a metric recomputed from ``prediction`` and ``reference``: accuracy, f1, macro_f1,
-matthews, pearson, spearman; see leanlm.claims.stats). Metrics it does not list (MultiRC's per-question
-scores) are resampled at the seed level only. Kept compact: integers as integers, floats rounded.
+``units``; ``bleu`` from per-sentence n-gram statistics; or a metric recomputed from ``prediction`` and
+``reference``: accuracy, f1, macro_f1, matthews, pearson, spearman; see leanlm.claims.stats). Kept by
+the GLUE/SuperGLUE runner (dev predictions), SQuAD (per-question F1/EM), the perplexity runner
+(per-window NLL and tokens), translation (per-sentence BLEU statistics) and lm-eval (its logged
+per-document scores). Metrics it does not list (MultiRC's per-question scores) are resampled at the
+seed level only. Kept compact: integers as integers, floats rounded.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def classification(predictions: Sequence, references: Sequence, metrics: Iterabl
 def scores(fields: dict[str, Sequence], statistics: dict[str, list]) -> dict | None:
     """Named per-example fields (correctness, log-likelihoods, units) and the statistic of each metric."""
     lengths = {len(v) for v in fields.values()}
-    if not fields or len(lengths) != 1 or 0 in lengths:
+    if not fields or not statistics or len(lengths) != 1 or 0 in lengths:
         return None
     return {"data": {k: _compact(v) for k, v in fields.items()}, "statistics": statistics}
 
@@ -76,3 +79,16 @@ def lm_eval(documents: Sequence[dict]) -> dict | None:
             fields["one"] = [1] * len(values)
             statistics[metric] = ["perplexity", {"nll": "continuation_nll", "units": "one"}]
     return scores(fields, statistics) if statistics else None
+
+
+def span_qa(answers: Sequence[str], golds: Sequence[Sequence[str]], metrics: Iterable[str]) -> dict | None:
+    """SQuAD: each question's best F1 and exact match over its gold answers (the metrics are their means)."""
+    from leanlm.evaluation.squad import best_over_golds, exact_match_score, f1_score
+
+    if len(answers) != len(golds):
+        raise ValueError(f"{len(answers)} answers for {len(golds)} questions")
+    per_question = {"squad_f1": ("f1", f1_score), "squad_em": ("em", exact_match_score)}
+    wanted = [m for m in metrics if m in per_question]
+    fields = {per_question[m][0]: [best_over_golds(per_question[m][1], str(a), g) for a, g in zip(answers, golds)]
+              for m in wanted}
+    return scores(fields, {m: ["mean", {"score": per_question[m][0]}] for m in wanted}) if wanted else None
