@@ -27,6 +27,10 @@ def test_lm_eval_results_keep_per_document_scores(tiny_pipeline):  # noqa: F811
         assert len(next(iter(result["per_example"]["data"].values()))) == 6  # limit: 6 documents
         for metric in metrics:
             assert observed(result["per_example"], metric) == pytest.approx(result["metrics"][metric], rel=1e-5)
+    analysis = json.loads((root / "results" / "tiny" / "runs" / "ch4_hybrid-fixed_seq_qk" / "analysis.json").read_text())
+    (result,) = analysis["results"]
+    for metric in [m for m in result["metrics"] if m.startswith("perplexity")]:
+        assert observed(result["per_example"], metric) == pytest.approx(result["metrics"][metric], rel=1e-5)
     pretrain = json.loads((root / "results" / "tiny" / "runs" / "ch4_hybrid-fixed_seq_qk" / "pretrain.json").read_text())
     timing = pretrain["timing"]
     assert len(timing["step_seconds"]) == timing["timed_steps"]
@@ -65,7 +69,7 @@ def test_claims_stage_on_real_records(tiny_pipeline):  # noqa: F811
     near = df.loc["ch4_hybrid_near_random"]
     assert near["b"] == pytest.approx(25.0)  # the random-guess row of a 4-way choice, in points
     assert near["verdict"] == "supported"  # +-50 points of 25 holds for any accuracy: a wide interval still fits
-    # the analysis family keeps no per-document data and runs once: nothing varies, so no verdict
+    # the analysis family runs once, but keeps per-document NLL at each context length: documents resample
     context = df.loc["ch4_context"]
-    assert context["basis"] == "none" and context["verdict"] == "inconclusive"
+    assert context["basis"] == "examples" and context["low"] <= context["estimate"] <= context["high"]
     assert df.loc["ch4_uniform_absent", "verdict"] == "not run"
