@@ -92,3 +92,14 @@ def test_perplexity_windows_reproduce_the_perplexity():
     nll, tokens = [12.5, 30.1, 7.7], [5, 12, 3]
     record = per_example.scores({"nll": nll, "tokens": tokens}, {"perplexity": ["perplexity", {"nll": "nll", "units": "tokens"}]})
     assert observed(record, "perplexity") == pytest.approx(perplexity(np.array(nll), np.array(tokens)))
+
+
+def test_nearly_constant_regression_predictions_keep_their_correlation():
+    """An undertrained STS-B regressor predicts nearly one value; the record must not round that away."""
+    rng = np.random.default_rng(1)
+    ref = np.round(rng.random(40) * 5, 2).tolist()
+    pred = (2.5 + 1e-7 * (np.array(ref) + rng.normal(0, 2, 40))).tolist()
+    record = per_example.classification(pred, ref, ["pearson", "spearman"])
+    reported = compute_all(["pearson", "spearman"], pred, ref)
+    for metric in ("pearson", "spearman"):
+        assert observed(record, metric) == pytest.approx(reported[metric], rel=1e-9)

@@ -10,6 +10,7 @@ Snakemake's own dry-run job list:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -207,6 +208,21 @@ def test_claims_verdicts_from_the_runs(built, build_log):
     # e.g. MHA vs SHA on GLUE (ch3_mha_best_absolute): both runs are in the tiny matrix
     mha_sha = ran[ran["comparison"] == "ch3_encoder-mha vs ch3_encoder-sha on glue"]
     assert len(mha_sha) == 1 and mha_sha.iloc[0]["basis"] == "examples"
+    squad = ran[ran["comparison"] == "ch3_encoder-mhe_mul vs ch3_encoder-sha on squad"]  # per-question F1
+    assert len(squad) == 1 and squad.iloc[0]["basis"] == "examples"
+    # every runner keeps per-example data that gives back its reported metric (MultiRC's grouped ones aside)
+    from test_per_example import observed
+
+    for run_id, family in (("ch3_encoder-sha", "glue"), ("ch3_encoder-sha", "superglue"),
+                           ("ch3_encoder-sha", "squad"), ("ch3_decoder-sha", "lm"), ("ch3_encdec-sha", "translation")):
+        doc = json.loads((root / "results" / "smoke" / "runs" / run_id / f"{family}.json").read_text())
+        for result in doc["results"]:
+            if result["task"] == "multirc":
+                continue
+            for metric, value in result["metrics"].items():
+                if metric in result["per_example"]["statistics"]:
+                    assert observed(result["per_example"], metric) == pytest.approx(value, rel=1e-4, abs=1e-6), \
+                        (run_id, result["task"], metric)
     assert set(ran["verdict"]) <= {"supported", "contradicted", "inconclusive"}
     # runs of experiments the tiny profile leaves out (chapters 2 and 4) are "not run", with the reason
     absent = claims[claims["chapter"] == 2]

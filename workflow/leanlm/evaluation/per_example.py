@@ -12,7 +12,7 @@ function of which fields gives each metric (``mean`` of a ``score``; ``perplexit
 the GLUE/SuperGLUE runner (dev predictions), SQuAD (per-question F1/EM), the perplexity runner
 (per-window NLL and tokens), translation (per-sentence BLEU statistics) and lm-eval (its logged
 per-document scores). Metrics it does not list (MultiRC's per-question scores) are resampled at the
-seed level only. Kept compact: integers as integers, floats rounded.
+seed level only. Kept compact: integers as integers, floats exact.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Iterable, Sequence
 
 # Metrics recomputable from one prediction and one reference per example.
 RECOMPUTABLE = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")
-FLOAT_DIGITS = 6
 
 
 def _compact(values: Sequence) -> list:
@@ -32,7 +31,9 @@ def _compact(values: Sequence) -> list:
         elif isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 2**53):
             out.append(int(v))
         else:
-            out.append(round(float(v), FLOAT_DIGITS))
+            # Unrounded (JSON keeps the shortest exact repr): an undertrained regressor's predictions may
+            # differ only in the 7th digit, and rounding them changes its correlation.
+            out.append(float(v))
     return out
 
 
