@@ -84,6 +84,10 @@ def report_failures():
 onsuccess:
     forkserver.stop(SERVER.pop("server", None))
     summarize_benchmarks()
+    # The claims' verdicts, last thing on screen (paper_tables/<profile>/claims.md has the details).
+    from leanlm.claims.report import print_summary
+
+    print_summary(PROFILE)
 
 
 onerror:
@@ -104,6 +108,7 @@ rule all:
         result_tables(),
         params_tables(),
         analytic_outputs(),
+        claims_outputs(),
         pdf_target(),
     default_target: True
 

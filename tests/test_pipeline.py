@@ -12,6 +12,7 @@ Snakemake's own dry-run job list:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -50,6 +51,7 @@ def _tiny_profile(params: Path) -> None:
     # (the paper profile's dry run and the analytic items read it) but the smoke profile lists only these.
     ch3 = params / "experiments" / "ch3.yaml"
     ch3.write_text(yaml.safe_dump({**yaml.safe_load(ch3.read_text()), **matrix}, sort_keys=False))
+    _claims_of_tiny_matrix(params / "claims.yaml", matrix)
     path = params / "smoke.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["experiments"] = list(TINY_MATRIX)
@@ -70,6 +72,31 @@ def _tiny_profile(params: Path) -> None:
     doc["finetune"]["lm"].update(tasks=["ptb"], max_length=32, stride=16, max_tokens=500)
     doc["finetune"]["translation"].update(max_examples=8, max_length=24, beam_size=2)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def _claims_of_tiny_matrix(path: Path, tiny: dict) -> None:
+    """params/claims.yaml cut to the parts whose runs the tiny experiments define (the loader rightly
+    refuses a claim naming a run the matrix lacks, and the tiny ch3 experiments lack most variants)."""
+    known = {f"{e}-{r}" for e, x in tiny.items() for r in x["runs"]}
+    known |= {f"{e}-{r}" for name in ("ch2.yaml", "ch4.yaml")
+              for e, x in yaml.safe_load((path.parent / "experiments" / name).read_text()).items() for r in x["runs"]}
+
+    def runs_of(side):
+        if isinstance(side, str):
+            return [side]
+        return [v for k, v in side.items() if k in ("run", "peop", "sha", "timing")] + list(side.get("prr", []))
+
+    kept = []
+    for claim in yaml.safe_load(path.read_text())["claims"]:
+        parts = claim.pop("parts", None) or [{"a": a, "b": b} for a, b in claim.pop("pairs")]
+        thesis = claim.pop("thesis", None) or [None] * len(parts)
+        pairs = [(p, t) for p, t in zip(parts, thesis) if set(runs_of(p["a"]) + runs_of(p["b"])) <= known]
+        if pairs:
+            claim["parts"] = [p for p, _ in pairs]
+            if any(t is not None for _, t in pairs):
+                claim["thesis"] = [t or [None, None] for _, t in pairs]
+            kept.append(claim)
+    path.write_text(yaml.safe_dump({"claims": kept}, sort_keys=False))
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +219,40 @@ def test_full_run_renders_tables_from_real_runs(built):
     assert not (root / "models" / "smoke" / "ch3_encoder-mha" / "checkpoint").exists()
 
 
+def test_claims_verdicts_from_the_runs(built, build_log):
+    """The claims stage runs after aggregation and ends the run with its summary; the real runners keep
+    per-example data, so the parts this matrix can test resample examples."""
+    root, _ = built
+    claims = pd.read_csv(root / "paper_tables" / "smoke" / "claims.csv")
+    assert "leanlm: claims at profile smoke:" in build_log
+    ran = claims[claims["verdict"] != "not run"]
+    # e.g. MHA vs SHA on GLUE (ch3_mha_best_absolute): both runs are in the tiny matrix
+    mha_sha = ran[ran["comparison"] == "ch3_encoder-mha vs ch3_encoder-sha on glue"]
+    assert len(mha_sha) == 1 and mha_sha.iloc[0]["basis"] == "examples"
+    squad = ran[ran["comparison"] == "ch3_encoder-mhe_mul vs ch3_encoder-sha on squad"]  # per-question F1
+    assert len(squad) == 1 and squad.iloc[0]["basis"] == "examples"
+    # every runner keeps per-example data that gives back its reported metric (MultiRC's grouped ones aside)
+    from test_per_example import observed
+
+    for run_id, family in (("ch3_encoder-sha", "glue"), ("ch3_encoder-sha", "superglue"),
+                           ("ch3_encoder-sha", "squad"), ("ch3_decoder-sha", "lm"), ("ch3_encdec-sha", "translation")):
+        doc = json.loads((root / "results" / "smoke" / "runs" / run_id / f"{family}.json").read_text())
+        for result in doc["results"]:
+            if result["task"] == "multirc":
+                continue
+            for metric, value in result["metrics"].items():
+                if metric in result["per_example"]["statistics"]:
+                    assert observed(result["per_example"], metric) == pytest.approx(value, rel=1e-4, abs=1e-6), \
+                        (run_id, result["task"], metric)
+    assert set(ran["verdict"]) <= {"supported", "contradicted", "inconclusive"}
+    # runs of experiments the tiny profile leaves out (chapters 2 and 4) are "not run", with the reason
+    absent = claims[claims["chapter"] == 2]
+    assert len(absent) and set(absent["verdict"]) == {"not run"}
+    assert absent["reason"].str.contains("not run at this profile").all()
+    if shutil.which("pdflatex"):
+        assert (root / "paper_tables" / "smoke" / "claims.tex").is_file()
+
+
 def test_noop_rerun_runs_nothing(built):
     assert planned_jobs(built) == {}
 
@@ -214,7 +275,8 @@ def test_changed_model_reruns_only_its_jobs(built):
         jobs = planned_jobs(built)
         # its pretraining, its three task families, then aggregation and what is rendered from it
         assert (jobs.pop("pretrain"), jobs.pop("finetune"), jobs.pop("aggregate")) == (1, 3, 1), jobs
-        assert set(jobs) <= {"render_table", "pdf", "all"} and jobs["render_table"] >= 2, jobs
+        assert set(jobs) <= {"render_table", "claims", "pdf", "all"} and jobs["render_table"] >= 2, jobs
+        assert jobs["claims"] == 1, jobs  # the claims read the runs' results
         assert [w for w in planned_wildcards(built, "pretrain")] == ["profile=smoke, run_id=ch3_encoder-mhe_mul"]
     finally:
         matrix.write_text(original)

@@ -90,6 +90,13 @@ def cmd_pdf(args) -> None:
     print(out if out else "pdflatex not found: tables.pdf not built (the .tex files are there)")
 
 
+def cmd_claims(args) -> None:
+    from leanlm.claims.report import main
+
+    for path in main(_config(args), draws=args.draws, claims_file=args.claims):
+        print(path)
+
+
 def cmd_bench(args) -> None:
     from leanlm.benchmarks.pretraining import format_report, run_bench
 
@@ -186,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pdf", help="compile paper_tables/<profile>/tables.pdf (needs pdflatex)")
     _params_arg(p)
     p.set_defaults(func=cmd_pdf)
+
+    p = sub.add_parser("claims", help="the thesis's claims as verdicts with 95%% intervals -> paper_tables/<profile>/claims.*")
+    _params_arg(p)
+    p.add_argument("--claims", default=None, metavar="FILE", help="claims file (default: params/claims.yaml)")
+    p.add_argument("--draws", type=int, default=2000, help="bootstrap draws per comparison (default: 2000)")
+    p.set_defaults(func=cmd_claims)
 
     p = sub.add_parser("bench", help="pretraining throughput (tokens/s; MFU on GPU) for a named configuration")
     p.add_argument("--size", default="base", help="backbone size, e.g. base (BERT-base) or tiny")

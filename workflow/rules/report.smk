@@ -172,12 +172,38 @@ rule analytic_figure:
         "leanlm analytic {P} --item {wildcards.item:q} > {log:q} 2>&1"
 
 
+def claims_outputs():
+    """The claims' verdicts (params/claims.yaml -> paper_tables/<profile>/claims.{csv,md,tex})."""
+    return [f"paper_tables/{PROFILE}/claims.{ext}" for ext in ("csv", "md", "tex")]
+
+
+# Verdicts on the thesis's claims from the runs' per-example results (leanlm.claims), after aggregation.
+# The runs' pretrain.json (step times, Table 2.3's claim) come with their models, which the results need.
+rule claims:
+    input:
+        results=f"results/{PROFILE}/all_runs.csv",
+        runs=family_results(),
+        claims="params/claims.yaml",
+        schema="workflow/schemas/claims.schema.json",
+        template="workflow/templates/claims.tex.j2",
+    output:
+        claims_outputs(),
+    params:
+        tasks={f: s["tasks"] for f, s in CFG["finetune"].items()},
+        code=code_version("claims", "reporting/derived", "reporting/latex"),
+    log:
+        f"results/{PROFILE}/logs/claims.log",
+    shell:
+        "leanlm claims {P} > {log} 2>&1"
+
+
 rule pdf:
     input:
         "workflow/templates/document.tex.j2",
         result_tables(),
         params_tables(),
         analytic_outputs(),
+        claims_outputs(),
     output:
         f"paper_tables/{PROFILE}/tables.pdf",
     params:

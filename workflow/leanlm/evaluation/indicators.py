@@ -199,6 +199,7 @@ def context_length_perplexity(
     n_units: int | None = None,
     batch_size: int = 8,
     device: torch.device | str | None = None,
+    per_document: dict | None = None,
 ) -> dict[int, float]:
     """Perplexity of ``token_ids`` when the model sees at most ``L`` tokens, for each ``L`` in ``lengths``.
 
@@ -209,9 +210,13 @@ def context_length_perplexity(
     is the context of the rest and is not scored. Perplexity is ``exp(total NLL / n_units)``;
     ``n_units`` defaults to the number of predicted tokens (pass the number of words for a word-level
     perplexity like Table 4.4's). Lengths beyond the model's ``config.max_position`` are left out with
-    a warning; the model is put in eval mode.
+    a warning; the model is put in eval mode. ``per_document``, when given a dict, receives for each
+    length the negative log-likelihood of each text (in the order given; 0 for a text with nothing to
+    predict), whose sum over texts is the total above.
     """
-    docs = [d for d in _documents(token_ids) if len(d) > (0 if prefix_token_id is not None else 1)]
+    all_docs = _documents(token_ids)
+    kept = [i for i, d in enumerate(all_docs) if len(d) > (0 if prefix_token_id is not None else 1)]
+    docs = [all_docs[i] for i in kept]
     if not docs:
         raise DataError("context_length_perplexity: no text with a token to predict")
     model.eval()
@@ -221,11 +226,19 @@ def context_length_perplexity(
         if limit is not None and length > limit:
             log.warning("context length %d exceeds the model's max_position %d; left out", length, limit)
             continue
-        windows = []
-        for doc in docs:
+        windows, owner = [], []
+        for i, doc in zip(kept, docs):
             prefix, body = (prefix_token_id, doc) if prefix_token_id is not None else (doc[0], doc[1:])
-            windows.extend(rolling_windows(body, prefix, length))
+            doc_windows = rolling_windows(body, prefix, length)
+            windows.extend(doc_windows)
+            owner.extend([i] * len(doc_windows))
         predicted = sum(len(w[1]) for w in windows)
-        total = sum(logprob for logprob, _ in score_windows(model, windows, length, batch_size, device))
+        logprobs = [logprob for logprob, _ in score_windows(model, windows, length, batch_size, device)]
+        total = sum(logprobs)
         out[int(length)] = math.exp(-total / (n_units if n_units is not None else predicted))
+        if per_document is not None:
+            nll = [0.0] * len(all_docs)
+            for i, logprob in zip(owner, logprobs):
+                nll[i] -= logprob
+            per_document[int(length)] = nll
     return out

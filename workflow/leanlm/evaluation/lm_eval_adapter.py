@@ -272,6 +272,7 @@ def run_lm_eval(
     max_length: int | None = None,
     bootstrap_iters: int = 1000,
     seed: int = 1234,
+    samples: dict | None = None,
 ) -> dict[str, dict[str, float]]:
     """Evaluate ``model`` on lm-eval ``tasks`` zero-shot, offline; return ``{task: {metric: value}}``.
 
@@ -279,7 +280,9 @@ def run_lm_eval(
     then among lm-eval's own tasks. Metrics keep lm-eval's names (``acc``, ``acc_norm``,
     ``word_perplexity``, ``perplexity``, ... and their ``*_stderr``); accuracies are fractions.
     ``bootstrap_iters`` sets lm-eval's bootstrap for the standard errors of perplexities (its default of
-    100000 takes minutes on a CPU; 0 skips them).
+    100000 takes minutes on a CPU; 0 skips them). ``samples``, when given a dict, receives each task's
+    per-document metric values (``{task: [{metric: value}, ...]}`` in document order), which lm-eval
+    logs with ``log_samples``.
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -293,7 +296,7 @@ def run_lm_eval(
     try:
         output = lm_eval.simple_evaluate(
             model=lm, tasks=specs, limit=limit, task_manager=manager, bootstrap_iters=bootstrap_iters,
-            log_samples=False, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+            log_samples=samples is not None, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
             fewshot_random_seed=seed,
         )
     except KeyError as err:
@@ -301,4 +304,8 @@ def run_lm_eval(
                           f"looked up under include_path={include_path}") from None
     if output is None:  # not rank 0
         return {}
+    if samples is not None:
+        for task, logged in (output.get("samples") or {}).items():
+            ordered = sorted(logged, key=lambda example: example["doc_id"])
+            samples[task] = [{m: example[m] for m in example["metrics"] if m in example} for example in ordered]
     return {task: _plain_metrics(values) for task, values in output["results"].items()}

@@ -41,7 +41,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from leanlm import paths
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError
-from leanlm.evaluation.bleu import corpus_bleu
+from leanlm.evaluation import per_example
+from leanlm.evaluation.bleu import corpus_bleu, sentence_statistics
 from leanlm.evaluation.metrics import compute_all
 from leanlm.io import atomic_path, read_jsonl, write_json
 from leanlm.modeling.checkpoint import load_model, save_checkpoint
@@ -404,6 +405,9 @@ class TranslationRunner(TaskRunner):
             "averaged_checkpoints": len(checkpoints),
             "checkpoints": checkpoints,
             "bleu_signature": signature,
+            # Per-sentence BLEU statistics: a claim's paired bootstrap resamples sentences.
+            "per_example": per_example.scores(sentence_statistics(hypotheses, references),
+                                              {"bleu": ["bleu", {}]} if "bleu" in spec.metrics else {}),
             "test_examples": len(rows),
             "examples": [{"source": r["source"], "reference": r["target"], "hypothesis": h}
                          for r, h in list(zip(rows, hypotheses))[:5]],

@@ -30,6 +30,7 @@ import time
 
 from leanlm.data.tasks import get_task
 from leanlm.errors import DataError
+from leanlm.evaluation import per_example
 from leanlm.evaluation.indicators import CONTEXT_LENGTHS
 from leanlm.training.finetune import TaskRunner
 from leanlm.runners.lm_eval import check_local_tasks, load_evaluated_model, task_location
@@ -81,8 +82,10 @@ class AttentionAnalysisRunner(TaskRunner):
         max_position = model.config.max_position
         lengths = sorted({int(n) for n in settings.get("context_lengths", CONTEXT_LENGTHS) if n <= max_position}
                          | {max_position})
+        document_nll: dict = {}
         perplexity = context_length_perplexity(model, documents, lengths, prefix_token_id=adapter.prefix_token_id,
-                                               n_units=words, batch_size=settings["batch_size"])
+                                               n_units=words, batch_size=settings["batch_size"],
+                                               per_document=document_nll)
         window = min(settings.get("indicator_tokens", DEFAULT_INDICATOR_TOKENS), max_position)
         sequences = token_windows(documents, adapter.prefix_token_id, window,
                                   settings.get("indicator_sequences", DEFAULT_INDICATOR_SEQUENCES))
@@ -104,6 +107,12 @@ class AttentionAnalysisRunner(TaskRunner):
             "context_length_perplexity": {"lengths": lengths, "perplexity": {str(n): v for n, v in perplexity.items()},
                                           "units": "words", "words": words, "documents": len(texts)},
             "attention": profile,
+            # Per-document NLL at each context length and word counts: a claim's bootstrap resamples documents.
+            "per_example": per_example.scores(
+                {"words": [word_count(text) for text in texts], **{f"nll_ctx{n}": v for n, v in document_nll.items()}},
+                {spec.primary_metric: ["perplexity", {"nll": f"nll_ctx{max_position}", "units": "words"}],
+                 **{f"perplexity_ctx{n}": ["perplexity", {"nll": f"nll_ctx{n}", "units": "words"}]
+                    for n in document_nll}}),
             "eval_seconds": time.time() - started,
         }
 

@@ -31,6 +31,7 @@ from tokenizers import Tokenizer
 from leanlm import paths
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError, TrainingError
+from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.perplexity import THESIS_STRIDE, strided_perplexity
 from leanlm.modeling.checkpoint import load_model
@@ -123,6 +124,10 @@ class PerplexityRunner(TaskRunner):
             "metrics": metrics,
             "primary_metric": spec.primary_metric,
             "primary": metrics[spec.primary_metric],
+            # Per-window summed NLL and scored tokens: a claim's bootstrap resamples the windows (blocks).
+            "per_example": per_example.scores(
+                {"nll": result["window_nll"], "tokens": result["window_tokens"]},
+                {m: ["perplexity", {"nll": "nll", "units": "tokens"}] for m in spec.metrics if m == "perplexity"}),
             "nll": result["nll"],
             "tokens": result["tokens"],
             "windows": result["windows"],

@@ -37,6 +37,7 @@ from leanlm import paths
 from leanlm.data.lm_eval_stage import include_path, lm_eval_task_name
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError, TrainingError
+from leanlm.evaluation import per_example
 from leanlm.runs import get_run
 from leanlm.training.finetune import TaskRunner
 
@@ -141,7 +142,7 @@ class LMEvalRunner(TaskRunner):
 
         spec = get_task(task)
         tokenizer = evaluation_tokenizer(config, run_id, tokenizer)  # the one the model was trained with
-        scores, baselines, seconds = _family_scores(config, run_id, family, tokenizer)
+        scores, baselines, seconds, samples = _family_scores(config, run_id, family, tokenizer)
         name, _ = task_location(config, task)
         if name not in scores:
             raise DataError(f"lm-eval returned no results for task {name} (got {sorted(scores)})")
@@ -161,10 +162,12 @@ class LMEvalRunner(TaskRunner):
             "limit": limit,
             "baselines": baselines[name],
             "eval_seconds": seconds,  # of the whole family's lm-eval call
+            # Per-document scores (what a claim's paired bootstrap resamples; leanlm.evaluation.per_example).
+            "per_example": per_example.lm_eval(samples.get(name, [])),
         }
 
 
-_SCORES: dict[tuple, tuple[dict, dict, float]] = {}
+_SCORES: dict[tuple, tuple[dict, dict, float, dict]] = {}
 
 
 @contextmanager
@@ -182,8 +185,9 @@ def _without_environment_report():
         evaluator.add_env_info = original
 
 
-def _family_scores(config: dict, run_id: str, family: str, tokenizer) -> tuple[dict, dict, float]:
-    """lm-eval's scores and the baseline rows of every task of ``family`` for ``run_id``, computed once."""
+def _family_scores(config: dict, run_id: str, family: str, tokenizer) -> tuple[dict, dict, float, dict]:
+    """lm-eval's scores, the baseline rows and the per-document scores of every task of ``family`` for
+    ``run_id``, computed once."""
     from leanlm.evaluation.lm_eval_adapter import run_lm_eval
     from leanlm.evaluation.lm_eval_baselines import load_lm_eval_tasks, task_baselines
 
@@ -197,14 +201,16 @@ def _family_scores(config: dict, run_id: str, family: str, tokenizer) -> tuple[d
     model = load_evaluated_model(config, run_id)
     limit = settings.get("limit")
     started = time.time()
+    samples: dict = {}
     with _without_environment_report():
         scores = run_lm_eval(model, tokenizer, names, include, limit=limit, batch_size=settings["batch_size"],
-                             device=None, bootstrap_iters=settings.get("bootstrap_iters", DEFAULT_BOOTSTRAP_ITERS))
+                             device=None, bootstrap_iters=settings.get("bootstrap_iters", DEFAULT_BOOTSTRAP_ITERS),
+                             samples=samples)
     seconds = time.time() - started
     tasks = load_lm_eval_tasks(names, include)
     baselines = {name: task_baselines(tasks[name], tokenizer, limit) for name in names}
     _SCORES.clear()
-    _SCORES[key] = (scores, baselines, seconds)
+    _SCORES[key] = (scores, baselines, seconds, samples)
     return _SCORES[key]
 
 

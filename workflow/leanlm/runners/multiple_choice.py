@@ -18,6 +18,7 @@ import torch
 from leanlm import paths
 from leanlm.data.tokenizer import special_token_id
 from leanlm.data.tasks import get_task
+from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
 from leanlm.modeling.checkpoint import load_model
 from leanlm.training.engine import Trainer
@@ -111,11 +112,14 @@ class MultipleChoiceRunner(TaskRunner):
         )
         started = time.time()
         summary = trainer.fit()
-        metrics = evaluate(model)  # the engine restored the best state
+        dev_preds = predict_choices(model, encoded["validation"], pad_id)  # the engine restored the best state
+        metrics = compute_all(spec.metrics, dev_preds, labels["validation"])
         test_metrics = held_out_metrics(rows["test"], lambda: evaluate(model, "test"))
         shutil.rmtree(scratch, ignore_errors=True)
         return task_record(task, seed, spec, metrics, test_metrics, summary, train_config,
-                           len(rows["train"]), len(rows["validation"]), started)
+                           len(rows["train"]), len(rows["validation"]), started,
+                           # The final dev choices, per example: what a claim's paired bootstrap resamples.
+                           per_example=per_example.classification(dev_preds, labels["validation"], spec.metrics))
 
 
 Runner = MultipleChoiceRunner

@@ -31,6 +31,7 @@ from leanlm import paths
 from leanlm.data.tasks import get_task
 from leanlm.data.tokenizer import special_token_ids
 from leanlm.errors import ConfigError
+from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.squad import as_references
 from leanlm.modeling.checkpoint import load_model
@@ -173,10 +174,12 @@ def predict_answers(rows: list[dict], features: SpanFeatures, logits: list[np.nd
 
 
 def score_rows(model, rows: list[dict], features: SpanFeatures, metrics: list[str], pad_id: int,
-               options: dict, allow_null: bool) -> dict[str, float]:
-    """F1 / EM (the task's metrics) of the model's answers to ``rows``."""
+               options: dict, allow_null: bool, keep: list | None = None) -> dict[str, float]:
+    """F1 / EM (the task's metrics) of the model's answers to ``rows``; ``keep`` receives the answers."""
     answers = predict_answers(rows, features, span_logits(model, features, pad_id), options["n_best"],
                               options["max_answer_length"], allow_null)
+    if keep is not None:
+        keep[:] = answers
     return compute_all(metrics, np.asarray(answers, dtype=object), as_references(r["answers"]["text"] for r in rows))
 
 
@@ -227,12 +230,16 @@ def finetune_span_qa(config: dict, run_id: str, family: str, task: str, seed: in
     )
     started = time.time()
     summary = trainer.fit()
-    metrics = evaluate(model)  # the engine restored the best evaluation's weights
+    answers: list = []  # the final dev answers, kept per question for a claim's paired bootstrap
+    metrics = score_rows(model, rows["validation"], features["validation"], spec.metrics, pad_id, options, allow_null,
+                         keep=answers)  # the engine restored the best evaluation's weights
     test_metrics = held_out_metrics(rows["test"], lambda: evaluate(model, "test"))
     shutil.rmtree(scratch, ignore_errors=True)
     return task_record(task, seed, spec, metrics, test_metrics, summary, train_config, len(rows["train"]),
                        len(rows["validation"]), started, train_features=len(train),
-                       validation_features=len(features["validation"]), null_answers=allow_null)
+                       validation_features=len(features["validation"]), null_answers=allow_null,
+                       per_example=per_example.span_qa(answers, [r["answers"]["text"] for r in rows["validation"]],
+                                                       spec.metrics))
 
 
 Runner = SpanQARunner

@@ -22,6 +22,7 @@ from leanlm import paths
 from leanlm.data.tasks import get_task
 from leanlm.data.tokenizer import special_token_id
 from leanlm.errors import ConfigError, DataError
+from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.superglue_metrics import attach_groups
 from leanlm.io import read_jsonl, write_json
@@ -218,9 +219,12 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     features = feature_hook(model.config, tokenizer)  # hash embeddings' per-token inputs, else None
     train_config = finetune_train_config(settings, task, run_id, seed, len(train_rows))
 
+    last_dev_preds: list = []
+
     def evaluate(m, clock: InferenceClock | None = None) -> dict:
         # Grouped tasks (MultiRC: rows carry the question id) score (group, value) pairs, for per-group EM.
         preds = predict(m, dev_enc, pad_id, regression, features=features, clock=clock)
+        last_dev_preds[:] = preds
         return compute_all(spec.metrics, attach_groups(dev_rows, preds), attach_groups(dev_rows, dev_labels))
 
     scratch = paths.models_dir(profile) / run_id / "finetune" / f"{task}-seed{seed}"
@@ -245,7 +249,9 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     return task_record(task, seed, spec, metrics, test_metrics, summary, train_config, len(train_rows),
                        len(dev_rows), started, inference_seconds=clock.seconds,
                        inference_examples=clock.examples,
-                       inference_seconds_per_sample=clock.seconds_per_sample)
+                       inference_seconds_per_sample=clock.seconds_per_sample,
+                       # The final dev predictions, per example: what a claim's paired bootstrap resamples.
+                       per_example=per_example.classification(last_dev_preds, dev_labels, spec.metrics))
 
 
 def finetune(config: dict, run_id: str, family: str) -> dict:

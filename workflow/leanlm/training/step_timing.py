@@ -47,8 +47,11 @@ class StepClock:
             return {"seconds_per_sample": None, "timed_steps": 0}
         timed = len(steps) - 1
         seconds = self.end - self.starts[steps[1]]
+        # Each timed step's wall time (they sum to timed_seconds): a claim's interval resamples them.
+        bounds = [self.starts[s] for s in steps[1:]] + [self.end]
+        step_seconds = [round(b - a, 6) for a, b in zip(bounds, bounds[1:])]
         return {"seconds_per_sample": seconds / (timed * self.samples_per_step), "timed_steps": timed,
-                "timed_seconds": seconds, "samples_per_step": self.samples_per_step}
+                "timed_seconds": seconds, "samples_per_step": self.samples_per_step, "step_seconds": step_seconds}
 
 
 class InferenceClock:

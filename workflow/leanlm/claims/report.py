@@ -1,0 +1,151 @@
+"""`leanlm claims`: every claim's verdict at one profile -> paper_tables/<profile>/claims.{csv,md,tex}.
+
+- claims.csv: one row per part (the comparison, its effect and 95% interval, what was resampled, the
+  verdict or why it was not run, and the thesis's numbers);
+- claims.md: per claim the sentence, where it is, the verdict and its parts;
+- claims.tex: one table of the claims' verdicts for tables.pdf.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from leanlm import paths
+from leanlm.claims.spec import load_claims
+from leanlm.claims.stats import CONTRADICTED, DEFAULT_DRAWS, INCONCLUSIVE, NOT_RUN, SUPPORTED
+from leanlm.claims.verdicts import ClaimResult, evaluate_claim
+from leanlm.io import write_text
+
+log = logging.getLogger(__name__)
+ORDER = (SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_RUN)
+CSV_COLUMNS = ["claim", "chapter", "where", "claim_verdict", "part", "comparison", "family", "effect", "a", "b",
+               "estimate", "low", "high", "region_low", "region_high", "basis", "verdict", "reason",
+               "thesis_a", "thesis_b"]
+
+
+def _num(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-" if x is None or math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return f"{x:.{digits}g}"
+
+
+def _region(low: float, high: float) -> str:
+    return f"({_num(low)}, {_num(high)})"
+
+
+def evaluate_all(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Path | None = None) -> list[ClaimResult]:
+    from leanlm.runs import runs
+
+    profile_runs = {run.run_id for run in runs(config)}
+    return [evaluate_claim(claim, config["profile"], config, profile_runs, draws=draws)
+            for claim in load_claims(claims_file)]
+
+
+def to_frame(results: list[ClaimResult]) -> pd.DataFrame:
+    rows = []
+    for cr in results:
+        for i, p in enumerate(cr.parts):
+            iv = p.interval
+            thesis = p.part.thesis or (None, None)
+            rows.append({
+                "claim": cr.claim.id, "chapter": cr.claim.chapter, "where": cr.claim.where,
+                "claim_verdict": cr.verdict, "part": i + 1, "comparison": p.label, "family": p.part.family,
+                "effect": p.part.effect, "a": p.a, "b": p.b,
+                "estimate": iv.estimate if iv else None, "low": iv.low if iv else None, "high": iv.high if iv else None,
+                "region_low": p.part.region[0], "region_high": p.part.region[1],
+                "basis": iv.basis if iv else "", "verdict": p.verdict, "reason": p.reason,
+                "thesis_a": thesis[0], "thesis_b": thesis[1],
+            })
+    return pd.DataFrame(rows, columns=CSV_COLUMNS)
+
+
+def counts(results: list[ClaimResult]) -> dict[str, int]:
+    out = {v: 0 for v in ORDER}
+    for cr in results:
+        out[cr.verdict] += 1
+    return out
+
+
+def summary_lines(profile: str, results: list[ClaimResult]) -> list[str]:
+    c = counts(results)
+    head = (f"claims at profile {profile}: {c[SUPPORTED]} supported, {c[CONTRADICTED]} contradicted, "
+            f"{c[INCONCLUSIVE]} inconclusive (95% interval too wide at this scale), {c[NOT_RUN]} not run")
+    lines = [head]
+    for cr in results:
+        parts = ", ".join(f"{n} {v}" for v, n in sorted(cr.counts.items(), key=lambda kv: ORDER.index(kv[0])))
+        lines.append(f"  {cr.verdict:<12} {cr.claim.id} ({parts})")
+    return lines
+
+
+def markdown(profile: str, results: list[ClaimResult]) -> str:
+    out = [f"# The thesis's claims at profile `{profile}`", "",
+           "A claim is supported or contradicted only when its 95% interval (paired bootstrap over evaluation "
+           "examples and seeds; a paired t interval over seeds where no per-example data was kept) lies wholly "
+           "inside or wholly outside the effects the claim allows; otherwise it is inconclusive at this scale "
+           "(DESIGN.md §8). Effects are \"how much better A is than B\" (see params/claims.yaml).", "",
+           summary_lines(profile, results)[0], ""]
+    for cr in results:
+        c = cr.claim
+        out += [f"## {c.id}: **{cr.verdict}**", "", f"Chapter {c.chapter}, {c.where}.", "", f"> {c.quote}", ""]
+        if c.note:
+            out += [f"Note: {c.note}", ""]
+        out += [f"Parts ({c.quantifier} must hold):", "",
+                "| part | comparison | A | B | effect | 95% interval | allowed | basis | verdict | thesis A / B |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for i, p in enumerate(cr.parts):
+            thesis = p.part.thesis or (None, None)
+            t = f"{_num(thesis[0])} / {_num(thesis[1])}" if any(v is not None for v in thesis) else ""
+            if p.interval is None:
+                out.append(f"| {i + 1} | {p.label} | | | {p.part.effect} | | {_region(*p.part.region)} | | "
+                           f"{p.verdict}: {p.reason} | {t} |")
+                continue
+            iv = p.interval
+            out.append(f"| {i + 1} | {p.label} | {_num(p.a)} | {_num(p.b)} | {p.part.effect} {_num(iv.estimate)} | "
+                       f"[{_num(iv.low)}, {_num(iv.high)}] | {_region(*p.part.region)} | {iv.basis} | {p.verdict} | {t} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def latex(profile: str, results: list[ClaimResult]) -> str:
+    from leanlm.reporting.latex import render_template
+
+    rows = []
+    for cr in results:
+        n = cr.counts
+        rows.append({"id": cr.claim.id, "chapter": cr.claim.chapter, "where": cr.claim.where, "verdict": cr.verdict,
+                     "parts": len(cr.parts), **{v.replace(" ", "_"): n.get(v, 0) for v in ORDER}})
+    return render_template("claims.tex.j2", profile=profile, rows=rows, summary=summary_lines(profile, results)[0])
+
+
+def main(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Path | None = None) -> list[Path]:
+    """Evaluate every claim at the profile, write claims.{csv,md,tex}, print the summary."""
+    profile = config["profile"]
+    results = evaluate_all(config, draws=draws, claims_file=claims_file)
+    out_dir = paths.tables_dir(profile)
+    written = []
+    csv_path = out_dir / "claims.csv"
+    write_text(csv_path, to_frame(results).to_csv(index=False))
+    written.append(csv_path)
+    written.append(write_text(out_dir / "claims.md", markdown(profile, results)))
+    written.append(write_text(out_dir / "claims.tex", latex(profile, results)))
+    for line in summary_lines(profile, results):
+        print(line)
+    return written
+
+
+def print_summary(profile: str) -> None:
+    """Print the summary of paper_tables/<profile>/claims.csv (the end of a Snakemake run); nothing when
+    the claims stage has not run."""
+    path = paths.tables_dir(profile) / "claims.csv"
+    if not path.is_file():
+        return
+    df = pd.read_csv(path)
+    verdicts = df.drop_duplicates("claim").set_index("claim")["claim_verdict"]
+    c = {v: int((verdicts == v).sum()) for v in ORDER}
+    print(f"leanlm: claims at profile {profile}: {c[SUPPORTED]} supported, {c[CONTRADICTED]} contradicted, "
+          f"{c[INCONCLUSIVE]} inconclusive (95% interval too wide at this scale), {c[NOT_RUN]} not run; "
+          f"details: {path.with_suffix('.md')}")

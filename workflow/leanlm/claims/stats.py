@@ -1,0 +1,357 @@
+"""The statistics behind a claim's verdict: a paired bootstrap over evaluation examples and seeds.
+
+Pure functions of numpy arrays; nothing here knows about runs, files or the thesis.
+
+A *measurement* is one score of one model on one task: the mean over fine-tuning seeds of a metric
+computed on the evaluation examples. Each seed's evaluation is a :class:`SeedScores`: the per-example
+data the metric is a function of (correctness, predictions and references, log-likelihoods and token
+counts) or, where a result file kept no per-example data, only the seed's value.
+
+One bootstrap draw resamples, with replacement,
+
+- the evaluation examples of each evaluation set (one index vector per set, shared by every model
+  evaluated on that set: the comparison is *paired* over examples), and
+- the seeds (one draw per list of seed ids, shared by every model fine-tuned with those seeds: paired
+  over seeds, since seed s of model A and seed s of model B saw the same data order),
+
+recomputes every measurement on the draw, and applies the claim's effect function. The 95% interval
+is the 2.5 and 97.5 percentiles of the effect over the draws (Efron's percentile interval).
+
+Where no measurement kept per-example data, only seeds vary: the interval is then a paired t
+interval over the per-seed effects (:func:`seed_t_interval`), since a percentile bootstrap over the
+2-5 seeds a profile runs is far too narrow. Where a measurement has neither per-example data nor
+two seeds, nothing varies: its interval has no width, and :func:`verdict` calls the claim
+inconclusive, since no uncertainty was measured (``basis`` says ``none``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "supported", "contradicted", "inconclusive", "not run"
+DEFAULT_DRAWS = 2000
+LEVEL = 0.95
+
+
+# --- per-example statistics, vectorised over bootstrap draws --------------------------------------
+# Each takes the per-example arrays of one evaluation and an index matrix idx of shape (draws, n),
+# and returns the metric for every draw, shape (draws,). idx = arange(n)[None] gives the observed value.
+
+
+def _mean(data: Mapping[str, np.ndarray], idx: np.ndarray) -> np.ndarray:
+    return data["score"][idx].mean(axis=1)
+
+
+def _perplexity(data: Mapping[str, np.ndarray], idx: np.ndarray) -> np.ndarray:
+    """exp(total negative log-likelihood / total units): documents are resampled whole."""
+    return np.exp(data["nll"][idx].sum(axis=1) / data["units"][idx].sum(axis=1))
+
+
+def _confusion(data, idx):
+    pred, ref = data["prediction"][idx], data["reference"][idx]
+    tp = ((pred == 1) & (ref == 1)).sum(axis=1).astype(float)
+    fp = ((pred == 1) & (ref != 1)).sum(axis=1).astype(float)
+    fn = ((pred != 1) & (ref == 1)).sum(axis=1).astype(float)
+    tn = ((pred != 1) & (ref != 1)).sum(axis=1).astype(float)
+    return tp, fp, fn, tn
+
+
+def _accuracy(data, idx):
+    return (data["prediction"][idx] == data["reference"][idx]).mean(axis=1)
+
+
+def _f1(data, idx):
+    """Binary F1 of class 1, 0 where undefined (scikit-learn's zero_division=0)."""
+    tp, fp, fn, _ = _confusion(data, idx)
+    denom = 2 * tp + fp + fn
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denom > 0, 2 * tp / np.where(denom > 0, denom, 1), 0.0)
+
+
+def _macro_f1(data, idx):
+    """Unweighted mean of per-class F1 over the classes present in the draw's references or predictions
+    (scikit-learn's average="macro"), 0 for a class never predicted nor present."""
+    pred, ref = data["prediction"][idx], data["reference"][idx]
+    classes = np.union1d(np.unique(data["prediction"]), np.unique(data["reference"]))
+    total = np.zeros(idx.shape[0])
+    present = np.zeros(idx.shape[0])
+    for c in classes:
+        tp = ((pred == c) & (ref == c)).sum(axis=1)
+        denom = (pred == c).sum(axis=1) + (ref == c).sum(axis=1)
+        seen = denom > 0
+        total += np.where(seen, 2 * tp / np.where(seen, denom, 1), 0.0)
+        present += seen
+    return total / np.maximum(present, 1)
+
+
+def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    x = x - x.mean(axis=1, keepdims=True)
+    y = y - y.mean(axis=1, keepdims=True)
+    denom = np.sqrt((x * x).sum(axis=1) * (y * y).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denom > 0, (x * y).sum(axis=1) / np.where(denom > 0, denom, 1), 0.0)
+
+
+def _ranks_rows(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank) of each row, as scipy.stats.rankdata."""
+    order = np.argsort(x, axis=1, kind="stable")
+    sorted_x = np.take_along_axis(x, order, axis=1)
+    ranks_sorted = np.empty_like(sorted_x, dtype=float)
+    for r in range(x.shape[0]):  # ties need run lengths per row; n_draws x n stays small
+        _, start, counts = np.unique(sorted_x[r], return_index=True, return_counts=True)
+        mean_rank = start + (counts + 1) / 2.0
+        ranks_sorted[r] = np.repeat(mean_rank, counts)
+    ranks = np.empty_like(ranks_sorted)
+    np.put_along_axis(ranks, order, ranks_sorted, axis=1)
+    return ranks
+
+
+def _matthews(data, idx):
+    """Matthews correlation of binary labels; 0 where undefined (a constant prediction)."""
+    pred, ref = data["prediction"][idx].astype(float), data["reference"][idx].astype(float)
+    if set(np.unique(data["reference"])) - {0, 1} or set(np.unique(data["prediction"])) - {0, 1}:
+        return _multiclass_matthews(data, idx)
+    return _pearson_rows(pred, ref)
+
+
+def _multiclass_matthews(data, idx):
+    from sklearn.metrics import matthews_corrcoef
+
+    return np.array([matthews_corrcoef(data["reference"][i], data["prediction"][i]) for i in idx])
+
+
+def _pearson(data, idx):
+    return _pearson_rows(data["prediction"][idx].astype(float), data["reference"][idx].astype(float))
+
+
+def _spearman(data, idx):
+    pred, ref = data["prediction"][idx].astype(float), data["reference"][idx].astype(float)
+    return _pearson_rows(_ranks_rows(pred), _ranks_rows(ref))
+
+
+def _bleu(data, idx):
+    """Corpus BLEU (0..1) of each draw's sentences from their summed sacrebleu statistics."""
+    from leanlm.evaluation.bleu import STAT_FIELDS, bleu_from_statistics
+
+    sums = np.stack([data[f][idx].sum(axis=1) for f in STAT_FIELDS], axis=1)  # (draws, fields)
+    return np.array([bleu_from_statistics(row.tolist()) for row in sums])
+
+
+STATISTICS: dict[str, Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarray]] = {
+    "mean": _mean,            # per-example scores (correctness, EM, F1 of a question, lm-eval acc)
+    "perplexity": _perplexity,  # per-document negative log-likelihood and units (tokens, words)
+    "accuracy": _accuracy,    # predictions and references: the metric recomputed on the draw
+    "f1": _f1,
+    "macro_f1": _macro_f1,
+    "matthews": _matthews,
+    "pearson": _pearson,
+    "spearman": _spearman,
+    "bleu": _bleu,            # per-sentence n-gram statistics (leanlm.evaluation.bleu.STAT_FIELDS)
+}
+BLEU_FIELDS = ("hyp_len", "ref_len", "correct_1", "correct_2", "correct_3", "correct_4",
+               "total_1", "total_2", "total_3", "total_4")
+FIELDS = {"mean": ("score",), "perplexity": ("nll", "units"), "bleu": BLEU_FIELDS}
+PAIR_FIELDS = ("prediction", "reference")
+
+
+@dataclass(frozen=True)
+class SeedScores:
+    """One seed's evaluation of one measurement: its value and, where kept, its per-example data.
+
+    ``examples`` maps field names to equal-length arrays (see :data:`FIELDS`; the recomputed metrics
+    take ``prediction`` and ``reference``); ``statistic`` names the function of them that gives
+    ``value`` (a key of :data:`STATISTICS`); ``eval_set`` names the evaluation set, so that models
+    evaluated on the same set share the example draw.
+    """
+
+    seed: int
+    value: float
+    statistic: str | None = None
+    examples: Mapping[str, np.ndarray] | None = None
+    eval_set: str | None = None
+
+    def __post_init__(self):
+        if self.examples is None:
+            return
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"unknown per-example statistic {self.statistic!r}; known: {', '.join(STATISTICS)}")
+        need = FIELDS.get(self.statistic, PAIR_FIELDS)
+        missing = [f for f in need if f not in self.examples]
+        if missing:
+            raise ValueError(f"per-example data for statistic {self.statistic!r} lacks {missing}")
+        lengths = {len(np.asarray(self.examples[f])) for f in need}
+        if len(lengths) != 1 or 0 in lengths:
+            raise ValueError(f"per-example arrays of {self.statistic!r} must be non-empty and of one length, got {lengths}")
+
+    @property
+    def n_examples(self) -> int:
+        return 0 if self.examples is None else len(next(iter(self.examples.values())))
+
+    def on(self, idx: np.ndarray) -> np.ndarray:
+        """The statistic on each row of ``idx`` (draws, n); the seed's value where there are no examples."""
+        if self.examples is None:
+            return np.full(idx.shape[0], self.value, dtype=float)
+        data = {k: np.asarray(v) for k, v in self.examples.items()}
+        return np.asarray(STATISTICS[self.statistic](data, idx), dtype=float)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One model's score on one evaluation: the mean over its seeds."""
+
+    seeds: tuple[SeedScores, ...]
+
+    def __post_init__(self):
+        if not self.seeds:
+            raise ValueError("a measurement needs at least one seed")
+
+    @property
+    def value(self) -> float:
+        return float(np.mean([s.value for s in self.seeds]))
+
+    @property
+    def seed_ids(self) -> tuple[int, ...]:
+        return tuple(s.seed for s in self.seeds)
+
+    @property
+    def per_example(self) -> bool:
+        return all(s.examples is not None for s in self.seeds)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A bootstrap estimate: the observed effect, its interval and what was resampled."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    draws: int
+    basis: str  # "examples+seeds", "examples", "seeds" or "none" (nothing to resample)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+
+def basis_of(measurements: Sequence[Measurement]) -> str:
+    """What a bootstrap over these measurements resamples: examples, seeds, both, or nothing."""
+    examples = all(m.per_example for m in measurements)
+    seeds = all(len(m.seeds) >= 2 for m in measurements)
+    if examples and seeds:
+        return "examples+seeds"
+    if examples:
+        return "examples"
+    if seeds:
+        return "seeds"
+    return "none"
+
+
+def measurement_draws(measurements: Mapping[str, Measurement], draws: int, rng: np.random.Generator,
+                      observed: bool = False) -> dict[str, np.ndarray]:
+    """Every measurement recomputed on ``draws`` paired bootstrap draws (or once, observed, when
+    ``observed``): ``{key: array (draws,)}``. Example indices are shared per evaluation set (when the
+    sets have the same length), seed draws per list of seed ids."""
+    example_idx: dict[tuple, np.ndarray] = {}
+    seed_pos: dict[tuple, np.ndarray] = {}
+    out = {}
+    for key in sorted(measurements):
+        m = measurements[key]
+        k = len(m.seeds)
+        if observed:
+            pos = np.tile(np.arange(k), (1, 1))
+        else:
+            pos = seed_pos.setdefault(m.seed_ids, rng.integers(0, k, size=(draws, k)))
+        per_seed = []
+        for s in m.seeds:
+            n = max(s.n_examples, 1)
+            if observed:
+                idx = np.arange(n)[None, :]
+            else:
+                idx = example_idx.setdefault((s.eval_set or key, n), rng.integers(0, n, size=(draws, n)))
+            per_seed.append(s.on(idx))
+        values = np.stack(per_seed)  # (k, draws)
+        out[key] = np.take_along_axis(values, pos.T, axis=0).mean(axis=0)
+    return out
+
+
+def paired_bootstrap(measurements: Mapping[str, Measurement],
+                     effect: Callable[[Mapping[str, np.ndarray]], np.ndarray],
+                     draws: int = DEFAULT_DRAWS, level: float = LEVEL, seed: int = 0) -> Interval:
+    """The effect of the measurements (a vectorised function of their draws) with its percentile
+    interval at ``level`` over ``draws`` paired bootstrap draws (see the module docstring)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    estimate = float(np.asarray(effect(measurement_draws(measurements, 1, rng, observed=True)))[0])
+    basis = basis_of(list(measurements.values()))
+    if basis == "seeds" and not any(s.examples is not None for m in measurements.values() for s in m.seeds):
+        seeds_t = seed_t_interval(measurements, effect, estimate, level)
+        if seeds_t is not None:
+            return seeds_t
+    samples = np.asarray(effect(measurement_draws(measurements, draws, rng)), dtype=float)
+    finite = samples[np.isfinite(samples)]
+    if finite.size < 0.9 * draws or not np.isfinite(estimate):
+        return Interval(estimate, float("nan"), float("nan"), level, draws, "undefined")
+    alpha = (1 - level) / 2
+    low, high = np.quantile(finite, [alpha, 1 - alpha])
+    return Interval(estimate, float(low), float(high), level, draws, basis)
+
+
+def seed_t_interval(measurements: Mapping[str, Measurement], effect, estimate: float, level: float) -> Interval | None:
+    """Seed-level data only (no per-example data kept): a paired t interval over the per-seed effects,
+    which, unlike a percentile bootstrap over 2-5 seeds, widens as it should when seeds are few.
+    None when the measurements do not share one list of seeds (then the bootstrap pairs what it can)."""
+    from scipy import stats as sps
+
+    seed_lists = {m.seed_ids for m in measurements.values()}
+    if len(seed_lists) != 1:
+        return None
+    k = len(next(iter(seed_lists)))
+    per_seed = np.array([float(np.asarray(effect({key: np.array([m.seeds[j].value]) for key, m in measurements.items()}))[0])
+                         for j in range(k)])
+    if not np.isfinite(per_seed).all():
+        return Interval(estimate, float("nan"), float("nan"), level, 0, "undefined")
+    half = sps.t.ppf(0.5 + level / 2, k - 1) * per_seed.std(ddof=1) / np.sqrt(k)
+    return Interval(estimate, float(estimate - half), float(estimate + half), level, 0, "seeds")
+
+
+def verdict(interval: Interval, region: tuple[float, float]) -> str:
+    """Supported when the whole interval lies in the claim's region of effects (low, high), contradicted
+    when none of it does, inconclusive otherwise or when nothing was resampled (DESIGN.md §8)."""
+    low, high = region
+    if interval.basis in ("none", "undefined") or not np.isfinite([interval.low, interval.high]).all():
+        return INCONCLUSIVE
+    if interval.low > low and interval.high < high:
+        return SUPPORTED
+    if interval.high <= low or interval.low >= high:
+        return CONTRADICTED
+    return INCONCLUSIVE
+
+
+def combine(verdicts: Sequence[str], quantifier: str) -> str:
+    """One verdict from the verdicts of a claim's parts.
+
+    ``every``: supported when every part is, contradicted when any part is. ``most``: supported when
+    more than half the parts are, contradicted when at least half are (then "most" cannot hold).
+    Parts not run are left out; a claim none of whose parts ran is not run.
+    """
+    parts = [v for v in verdicts if v != NOT_RUN]
+    if not parts:
+        return NOT_RUN
+    n_sup, n_con = parts.count(SUPPORTED), parts.count(CONTRADICTED)
+    if quantifier == "every":
+        if n_con:
+            return CONTRADICTED
+        return SUPPORTED if n_sup == len(parts) else INCONCLUSIVE
+    if quantifier == "most":
+        if n_sup * 2 > len(parts):
+            return SUPPORTED
+        if n_con * 2 >= len(parts):
+            return CONTRADICTED
+        return INCONCLUSIVE
+    raise ValueError(f"unknown quantifier {quantifier!r}; known: every, most")

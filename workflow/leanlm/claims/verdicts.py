@@ -1,0 +1,171 @@
+"""Each claim of params/claims.yaml -> its effect, 95% interval and verdict at one profile.
+
+A part compares side A with side B on one benchmark: every measurement it needs (run x task x metric)
+is read with its seeds and per-example data, the effect ("how much better A is than B", see
+params/claims.yaml) is computed on paired bootstrap draws (:mod:`leanlm.claims.stats`), and the
+verdict follows from where the interval lies relative to the claim's region of effects. A part whose
+runs the profile does not run, or whose results are absent, is "not run" with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from leanlm.claims import results as res
+from leanlm.claims.spec import Claim, Part, Side
+from leanlm.claims.stats import (DEFAULT_DRAWS, INCONCLUSIVE, NOT_RUN, Interval, Measurement, combine,
+                                 paired_bootstrap, verdict)
+from leanlm.reporting.derived import display_scale, lower_is_better, peop, prr
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PartResult:
+    part: Part
+    label: str
+    verdict: str
+    interval: Interval | None = None
+    a: float | None = None
+    b: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class ClaimResult:
+    claim: Claim
+    verdict: str
+    parts: list[PartResult] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.parts:
+            out[p.verdict] = out.get(p.verdict, 0) + 1
+        return out
+
+
+class _Sides:
+    """Builds a part's measurements and the vectorised function from their draws to each side."""
+
+    def __init__(self, profile: str, config: dict, part: Part, tasks: list[str]):
+        self.profile, self.config, self.part, self.tasks = profile, config, part, tasks
+        self.measurements: dict[str, Measurement] = {}
+
+    def _run_score(self, run_id: str, family: str, metric: str):
+        """Mean over the part's tasks of the run's (scaled) score: a function of the draws, and the
+        metric's direction."""
+        keys, directions = [], set()
+        for task in self.tasks:
+            m, name = res.measurement(self.profile, run_id, family, task, metric)
+            key = f"{run_id}|{family}|{task}|{name}"
+            self.measurements[key] = m
+            keys.append((key, display_scale(name)))
+            directions.add(lower_is_better(name))
+        if len(directions) > 1:
+            raise res.Missing(f"the tasks of {family} mix higher- and lower-is-better metrics; average one kind")
+        return (lambda d: np.mean([d[k] * s for k, s in keys], axis=0)), directions.pop()
+
+    def side(self, side: Side):
+        family = side.family or self.part.family
+        metric = side.metric or self.part.metric
+        if side.kind == "run":
+            return self._run_score(side.runs[0], family, metric)
+        if side.kind == "prr":
+            (fa, lower), (fb, _) = self._run_score(side.runs[0], family, metric), self._run_score(side.runs[1], family, metric)
+            return (lambda d: np.asarray(prr(fa(d), fb(d), inverse=lower), dtype=float)), False
+        if side.kind == "peop":
+            (fa, lower), (fb, _) = self._run_score(side.runs[0], family, metric), self._run_score(side.runs[1], family, metric)
+            pa = res.attention_parameters(self.profile, side.runs[0], family)
+            pb = res.attention_parameters(self.profile, side.runs[1], family)
+            return (lambda d: np.asarray(peop(fa(d), fb(d), pa, pb, inverse=lower), dtype=float)), False
+        if side.kind == "timing":
+            key = f"{side.runs[0]}|pretrain"
+            self.measurements[key] = res.pretraining_time(self.profile, side.runs[0])
+            return (lambda d: d[key] * 1000.0), True  # ms per sample, lower is better
+        values, lowers = [], set()
+        for task in self.tasks:
+            results = res.task_results(self.profile, self._any_run(), family, task)
+            name = res.resolve_metric(results, metric, task)
+            values.append(res.baseline_value(self.profile, side.baseline, task, name) * display_scale(name))
+            lowers.add(lower_is_better(name))
+        constant = float(np.mean(values))
+        return (lambda d: np.full(len(next(iter(d.values()))), constant)), lowers.pop()
+
+    def _any_run(self) -> str:
+        for side in (self.part.a, self.part.b):
+            if side.runs:
+                return side.runs[0]
+        raise res.Missing("a part needs at least one run")
+
+
+def _effect(part: Part, fa, fb, lower: bool):
+    m = 1.0 if part.margin is None else float(part.margin)
+
+    def effect(d):
+        a, b = fa(d), fb(d)
+        if part.effect == "ratio":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return b / a if lower else a / b
+        if part.effect == "factor":
+            return b - m * a if lower else a - m * b
+        return b - a if lower else a - b
+    return effect
+
+
+def part_tasks(part: Part, config: dict) -> list[str]:
+    if part.family == "pretrain":
+        return []
+    if part.tasks in ("average", "each"):
+        block = config.get("finetune", {}).get(part.family)
+        if block is None:
+            raise res.Missing(f"the profile has no finetune.{part.family} block")
+        return list(block["tasks"])
+    return list(part.tasks)
+
+
+def evaluate_part(part: Part, profile: str, config: dict, profile_runs: set[str], tasks: list[str] | None = None,
+                  draws: int = DEFAULT_DRAWS, seed: int = 0) -> PartResult:
+    label = f"{part.a.label} vs {part.b.label}" + (f" on {part.family}" if part.family != "pretrain" else "")
+    absent = sorted(r for side in (part.a, part.b) for r in side.runs if r not in profile_runs)
+    if absent:
+        return PartResult(part, label, NOT_RUN, reason=f"not run at this profile: {', '.join(absent)}")
+    try:
+        tasks = tasks if tasks is not None else part_tasks(part, config)
+        sides = _Sides(profile, config, part, tasks)
+        fa, lower_a = sides.side(part.a)
+        fb, lower_b = sides.side(part.b)
+    except res.Missing as why:
+        return PartResult(part, label, NOT_RUN, reason=str(why))
+    if lower_a != lower_b:
+        raise ValueError(f"{label}: the two sides have opposite directions (one lower-is-better)")
+    effect = _effect(part, fa, fb, lower_a)
+    interval = paired_bootstrap(sides.measurements, effect, draws=draws, seed=seed)
+    observed = {k: np.array([m.value]) for k, m in sides.measurements.items()}
+    a, b = float(fa(observed)[0]), float(fb(observed)[0])
+    return PartResult(part, label, verdict(interval, part.region), interval, a, b)
+
+
+def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: set[str],
+                   draws: int = DEFAULT_DRAWS) -> ClaimResult:
+    results = []
+    for i, part in enumerate(claim.parts):
+        if part.tasks == "each":
+            try:
+                tasks = part_tasks(part, config)
+            except res.Missing as why:
+                results.append(PartResult(part, f"{part.a.label} vs {part.b.label}", NOT_RUN, reason=str(why)))
+                continue
+            for task in tasks:
+                r = evaluate_part(part, profile, config, profile_runs, [task], draws=draws, seed=i)
+                r.label += f" [{task}]"
+                results.append(r)
+        else:
+            results.append(evaluate_part(part, profile, config, profile_runs, draws=draws, seed=i))
+    outcome = combine([r.verdict for r in results], claim.quantifier)
+    if outcome == NOT_RUN and not results:
+        outcome = INCONCLUSIVE
+    return ClaimResult(claim, outcome, results)
