@@ -30,6 +30,8 @@ from leanlm.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 
+PARQUET_REVISION = "refs/convert/parquet"              # the hub's parquet copy of script datasets
+
 HUB_HOST = ("huggingface.co", 443)
 CONNECT_TIMEOUT_S = 3.0
 HELDOUT_FRACTION = 0.1  # the usual hold-out when a profile turns one on (data.tasks.heldout_fraction)
@@ -261,8 +263,6 @@ def _stream_rows(corpus: Mapping[str, Any], what: str):
     Treebank (:func:`leanlm.data.lm_tasks.load_lm_dataset`).
     """
     import datasets
-
-    from leanlm.data.lm_tasks import PARQUET_REVISION
 
     errors = []
     for revision in (None, PARQUET_REVISION):

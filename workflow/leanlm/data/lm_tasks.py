@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from leanlm.data.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.hub import PARQUET_REVISION
 from leanlm.data.splitting import unit_interval
 from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
@@ -43,7 +44,6 @@ STANDIN_SOURCES = {
 HELDOUT_CORPUS_SPLITS = ("validation", "test")         # never "train": that is what is pretrained on
 VALIDATION_SHARE = 0.1                                 # of the held-out documents
 TEST_SHARE = 0.3                                       # of the held-out documents; train: the rest
-PARQUET_REVISION = "refs/convert/parquet"              # the hub's parquet copy of script datasets
 
 
 # --- packaged stand-ins -----------------------------------------------------------------------------
