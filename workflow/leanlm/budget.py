@@ -14,10 +14,12 @@ rate for MLM and Shuffle+Random, 1 for causal LM and translation), which 6N leav
 decoder's embedding is tied or untied alike. Norms, activations and softmax are not counted, so the
 hours below are what the FLOPs need at the stated MFU: a floor if the real MFU is lower.
 
-Fine-tuning and evaluation are counted as example passes (tasks x seeds x epochs x train examples)
+Fine-tuning is counted as example passes (tasks x seeds x epochs x train examples)
 at a stated mean length (``--finetune-tokens``), since batches pad to the longest example in the
 batch, not to ``max_seq_len``; the train-split sizes are the hub datasets' (read from the prepared
-task data when it exists, else :data:`HUB_TRAIN_EXAMPLES`). Early stopping can only shorten them.
+task data when it exists, else :data:`HUB_TRAIN_EXAMPLES`). The lm family's fine-tuning (DESIGN §8) is
+counted in windows of its ``max_length`` over :data:`HUB_TRAIN_TOKENS`. Early stopping can only shorten
+them; zero-shot evaluation (lm-eval, perplexity, BLEU) is one pass over the test sets and not counted.
 
 Disk: checkpoints are exact byte counts (fp32 weights; a resumable checkpoint adds AdamW's two
 moments, held once per run while it trains); a token stream holds its corpus once (2 bytes a token
@@ -45,6 +47,11 @@ HUB_TRAIN_EXAMPLES: dict[str, int] = {
     "boolq": 9_427, "cb": 250, "sg_rte": 2_490, "wic": 5_428, "multirc": 27_243, "copa": 400, "wsc": 554,
     "squad_v1": 87_599, "squad_v2": 130_319,
 }
+
+# Train-split sizes of the language-modelling benchmarks the lm family fine-tunes on (DESIGN §8), in the
+# datasets' own word-level tokens (WikiText-103: 103,227,021; PTB: 887,521); subword tokenizers cut a
+# little finer, so these are a floor.
+HUB_TRAIN_TOKENS: dict[str, int] = {"wikitext103": 103_227_021, "ptb": 887_521}
 
 # Vocabulary sizes of the hub tokenizers the paper profile names (tokenizer.json of each hub id), used
 # when the tokenizer has not been downloaded into data/<profile>/ yet.
@@ -183,7 +190,7 @@ def _train_examples(config: dict, family: str, task: str) -> int | None:
     if prepared.exists():
         with prepared.open("rb") as handle:
             return sum(1 for _ in handle)
-    return HUB_TRAIN_EXAMPLES.get(task)
+    return HUB_TRAIN_EXAMPLES.get(task) if config["source"] == "hub" else None
 
 
 def finetune_budgets(config: dict, run, pretrained: dict[str, RunBudget], tokens_per_example: int,
@@ -195,19 +202,44 @@ def finetune_budgets(config: dict, run, pretrained: dict[str, RunBudget], tokens
     out = []
     for family in run.finetune:
         settings = finetune_settings(config, run, family)
-        if "epochs" not in settings or source is None:
+        if source is None:
+            continue
+        if settings.get("fine_tune"):  # the lm family: causal-LM fine-tuning on each benchmark's train text
+            out.extend(_lm_finetune_budgets(config, run, family, settings, source, notes))
+            continue
+        if "epochs" not in settings:
             continue  # zero-shot evaluation (lm-eval, perplexity, BLEU): a single pass over the eval sets
         passes = 0
         for task in settings["tasks"]:
             examples = _train_examples(config, family, task)
             if examples is None:
-                notes.append(f"{run.run_id} {family}/{task}: train size unknown, not counted")
+                notes.append(f"{family}/{task}: train size unknown, not counted")
                 continue
             passes += examples * settings["epochs"] * len(finetune_seeds(config, run, family))
         # The pretrained backbone at the fine-tuning length; the task heads are a rounding error.
         per_token = 6 * source.non_embedding + 12 * tokens_per_example * source.score_width
         out.append(FinetuneBudget(run.run_id, chapter_of(run.run_id), family, passes, per_token, tokens_per_example))
     return out
+
+
+def _lm_finetune_budgets(config: dict, run, family: str, settings: dict, source: RunBudget,
+                         notes: list[str]) -> list[FinetuneBudget]:
+    """The lm family fine-tunes on windows of ``max_length`` tokens of each train text, per seed; counted
+    as one "example" per token so that tokens_per_example is the window length."""
+    from leanlm.runs import finetune_seeds
+
+    tune, window = settings["fine_tune"], settings["max_length"]
+    tokens = 0
+    for task in settings["tasks"]:
+        if config["source"] != "hub" or task not in HUB_TRAIN_TOKENS:
+            notes.append(f"{family}/{task}: train size unknown, not counted")
+            continue
+        task_tokens = HUB_TRAIN_TOKENS[task]
+        if tune.get("max_train_tokens"):
+            task_tokens = min(task_tokens, tune["max_train_tokens"])
+        tokens += task_tokens * tune["epochs"] * len(finetune_seeds(config, run, family))
+    per_token = 6 * source.non_embedding + 12 * window * source.score_width
+    return [FinetuneBudget(run.run_id, chapter_of(run.run_id), family, tokens // window, per_token, window)]
 
 
 def budget(config: dict, tokens_per_example: int = 128) -> Budget:
@@ -221,6 +253,10 @@ def budget(config: dict, tokens_per_example: int = 128) -> Budget:
     result.pretrain = list(pretrained.values())
     for run in runs(config):
         result.finetune.extend(finetune_budgets(config, run, pretrained, tokens_per_example, result.notes))
+    counts: dict[str, int] = {}
+    for note in result.notes:
+        counts[note] = counts.get(note, 0) + 1
+    result.notes = [f"{note} ({n} runs)" for note, n in counts.items()]
     # One token stream per (corpus, tokenizer) at least as long as the longest schedule that reads it.
     longest: dict[tuple[str, str], tuple[int, int]] = {}
     for run in runs(config):
