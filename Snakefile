@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from leanlm import forkserver
+from leanlm import cluster, forkserver
 from leanlm.config import load_config
 from leanlm.io import load_yaml
 from leanlm.provenance import code_version
@@ -54,6 +54,25 @@ onsuccess:
 
 onerror:
     forkserver.stop(SERVER.pop("server", None))
+
+
+# On a cluster (workflow/profiles/slurm) only pretraining and fine-tuning are submitted as jobs (sized by
+# the profile's resources block, leanlm.cluster); the data stages (hub downloads: compute nodes may have no
+# network) and the light report rules run where Snakemake runs.
+localrules:
+    data,
+    data_corpora,
+    data_tokenizers,
+    aggregate,
+    render_table,
+    render_figure,
+    params_table,
+    hyperparameter_tables,
+    analytic_table,
+    analytic_figure,
+    analytic,
+    pdf,
+    all,
 
 
 include: "workflow/rules/common.smk"

@@ -16,8 +16,8 @@ rule finetune:
         data=DATA_PARAMS,
         run=lambda w: {"evaluate_from": RUNS[w.run_id].evaluate_from, "skip": RUNS[w.run_id].skip_simple_layers},
         code=code_version("modeling", "training", "evaluation", "data/tasks", "hashing"),
-    threads: 1
+    threads: cluster.threads(CFG, "finetune")
     resources:
-        gpu=1 if PROFILE == "paper" else 0,
+        **cluster.job_resources(CFG, "finetune"),
     shell:
         "OMP_NUM_THREADS={threads} leanlm finetune {P} --run {wildcards.run_id} --family {wildcards.family}"

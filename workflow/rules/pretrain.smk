@@ -20,8 +20,11 @@ rule pretrain:
         inputs=lambda w: {k: getattr(RUNS[w.run_id], k) for k in ("objective", "tokenizer", "hub_checkpoint")},
         data=run_data_params,
         code=code_version("modeling", "training", "data/tokenizer", "data/pretrain_data", "hashing"),
-    threads: 1
+    # GPUs, threads, memory per the profile's resources.pretrain; the time limit follows the run's steps
+    # (leanlm.cluster). A run longer than one job's limit goes on from its checkpoint in the next one.
+    threads: cluster.threads(CFG, "pretrain")
     resources:
-        gpu=1 if PROFILE == "paper" else 0,
+        **cluster.job_resources(CFG, "pretrain"),
+        runtime=lambda w: cluster.pretrain_runtime(CFG, pretrain_settings(CFG, RUNS[w.run_id]).get("steps")),
     shell:
         "OMP_NUM_THREADS={threads} leanlm pretrain {P} --run {wildcards.run_id}"
