@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from leanlm import forkserver
+from leanlm import cluster, forkserver
 from leanlm.config import load_config
 from leanlm.io import read_yaml
 from leanlm.job_code import finetune_code, pretrain_code, render_code
@@ -94,6 +94,26 @@ onerror:
     forkserver.stop(SERVER.pop("server", None))
     report_failures()
     summarize_benchmarks()
+
+
+# On a cluster (workflow/profiles/slurm) only pretraining and fine-tuning are submitted as jobs (sized by
+# the profile's resources block, leanlm.cluster); the data stages (hub downloads: compute nodes may have no
+# network) and the light report rules run where Snakemake runs.
+localrules:
+    data,
+    data_corpora,
+    data_tokenizers,
+    aggregate,
+    render_table,
+    render_figure,
+    params_table,
+    hyperparameter_tables,
+    analytic_table,
+    analytic_figure,
+    analytic,
+    pdf,
+    claims,
+    all,
 
 
 include: "workflow/rules/common.smk"

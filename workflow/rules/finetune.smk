@@ -17,9 +17,9 @@ rule finetune:
         run=lambda w: {"evaluate_from": RUNS[w.run_id].evaluate_from, "skip": RUNS[w.run_id].skip_simple_layers},
         # the code this job runs: the fine-tuning stage and the runners of the family's tasks, with all they import
         code=lambda w: finetune_code(w.family, finetune_settings(CFG, RUNS[w.run_id], w.family)["tasks"]),
-    threads: 1
+    threads: cluster.threads(CFG, "finetune")
     resources:
-        gpu=1 if PROFILE == "paper" else 0,
+        **cluster.job_resources(CFG, "finetune"),
     log:
         "logs/{profile}/finetune/{run_id}/{family}.log",
     benchmark:

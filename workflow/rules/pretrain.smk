@@ -21,9 +21,12 @@ rule pretrain:
         data=run_data_params,
         # the code this job runs: the pretraining stage and the run's objective, with all they import
         code=lambda w: pretrain_code(RUNS[w.run_id]),
-    threads: 1
+    # GPUs, threads, memory per the profile's resources.pretrain; the time limit follows the run's steps
+    # (leanlm.cluster). A run longer than one job's limit goes on from its checkpoint in the next one.
+    threads: cluster.threads(CFG, "pretrain")
     resources:
-        gpu=1 if PROFILE == "paper" else 0,
+        **cluster.job_resources(CFG, "pretrain"),
+        runtime=lambda w: cluster.pretrain_runtime(CFG, pretrain_settings(CFG, RUNS[w.run_id]).get("steps")),
     log:
         "logs/{profile}/pretrain/{run_id}.log",
     benchmark:

@@ -1,0 +1,36 @@
+"""leanlm.cluster: what a job asks SLURM for, from the profile's resources block and the environment."""
+
+import pytest
+
+from leanlm import cluster
+from leanlm.config import load_config
+from leanlm.errors import ConfigError
+
+
+def test_pretraining_time_limit_follows_steps_and_is_capped():
+    cfg = {"resources": {"pretrain": {"step_seconds": 0.6, "setup_minutes": 10, "max_runtime": 2880}}}
+    assert cluster.pretrain_runtime(cfg, 1000) == 10 + 10
+    assert cluster.pretrain_runtime(cfg, 1001) == 10 + 11  # rounded up
+    assert cluster.pretrain_runtime(cfg, 1_000_000) == 2880
+    assert cluster.pretrain_runtime(cfg, None) == 10  # runs without training steps (hub checkpoints)
+
+
+def test_gpu_jobs_go_to_the_gpu_partition_and_cpu_jobs_to_the_default():
+    cfg = {"resources": {"pretrain": {"gpus": 2, "mem_mb": 1000}, "finetune": {"gpus": 0}}}
+    assert cluster.job_resources(cfg, "pretrain", environ={}) == {"gpu": 2, "mem_mb": 1000, "slurm_partition": "gpu"}
+    assert cluster.job_resources(cfg, "finetune", environ={}) == {"gpu": 0, "mem_mb": 4000, "runtime": 120}
+    env = {cluster.GPU_PARTITION_ENV: "a100", cluster.CPU_PARTITION_ENV: "short", cluster.ACCOUNT_ENV: "proj"}
+    assert cluster.job_resources(cfg, "pretrain", environ=env)["slurm_partition"] == "a100"
+    assert cluster.job_resources(cfg, "finetune", environ=env) == {
+        "gpu": 0, "mem_mb": 4000, "runtime": 120, "slurm_partition": "short", "slurm_account": "proj"}
+
+
+def test_profiles_size_their_jobs():
+    paper, smoke = load_config("params/paper.yaml"), load_config("params/smoke.yaml")
+    assert cluster.gpus(paper, "pretrain") == 1 and cluster.threads(paper, "pretrain") == 8
+    assert cluster.gpus(smoke, "pretrain") == 0 and cluster.threads(smoke, "finetune") == 1
+
+
+def test_unknown_kind_is_named():
+    with pytest.raises(ConfigError, match="'render'"):
+        cluster.job_settings({}, "render")
