@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from leanlm.errors import ConfigError, TrainingError
+from leanlm.io import write_error
 from leanlm.training import checkpointing
 from leanlm.training.distributed import (
     all_reduce_sum,
@@ -266,13 +267,16 @@ class Trainer:
                 "config": _run_defining(dataclasses.asdict(self.config)),
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             }
+            where = checkpointing.checkpoint_dir(self.run_dir)
             try:
                 checkpointing.save_checkpoint(self.run_dir, state)
-            except Exception as exc:
+            except OSError as exc:  # full or read-only disk, permissions: say which and where
+                raise TrainingError(f"could not write the checkpoint of step {self.state.step}: "
+                                    f"{write_error(where, exc)}") from exc
+            except Exception as exc:  # torch.save reports a failed write as RuntimeError, without errno
                 raise TrainingError(
-                    f"could not write the checkpoint of step {self.state.step} into "
-                    f"{checkpointing.checkpoint_dir(self.run_dir)} ({type(exc).__name__}: {exc}); "
-                    "check free disk space and permissions"
+                    f"could not write the checkpoint of step {self.state.step} into {where} "
+                    f"({type(exc).__name__}: {exc}); check free disk space and permissions there"
                 ) from exc
         barrier()
         self._saved_step = self.state.step
