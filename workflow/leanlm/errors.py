@@ -23,3 +23,6 @@ class TrainingError(LeanLMError):
 class OutputError(LeanLMError, OSError):
     """An output cannot be written (read-only or full disk, missing permission). Also an ``OSError``, so
     code that handles failed writes as OSError still does."""
+
+    def __str__(self) -> str:  # the message alone, even with errno/filename set (OSError would reformat)
+        return str(self.args[0]) if self.args else ""
