@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Mutation testing of leanlm's core modules with mutmut (pinned in pyproject's dev extra); see
+# docs/mutation-testing.md. `make mutate` runs every configured module; arguments are mutant-name globs
+# that narrow the run, e.g.  scripts/mutate.sh 'leanlm.training.schedules*'
+#
+# mutmut names mutants after the module path, stripping only a leading "src/": the run happens in
+# build/mutate/, where src -> ../../workflow and tests -> ../../tests, so the names are the import names
+# (leanlm.training.schedules...) and mutants/src is what the tests import. Results stay in
+# build/mutate/mutants/ (a rerun only tests what changed); a per-module summary is printed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+python=${PYTHON:-$root/.venv/bin/python}
+work=build/mutate
+mkdir -p "$work"
+ln -sfn ../../workflow "$work/src"
+ln -sfn ../../tests "$work/tests"
+cp pyproject.toml "$work/pyproject.toml"
+cd "$work"
+# One thread per test process: the machine is shared; nice keeps interactive work responsive.
+export PYTHONPATH="$PWD/mutants/src" OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+    TOKENIZERS_PARALLELISM=false
+nice -n 19 "$python" -m mutmut run --max-children "${JOBS:-1}" "$@" || true
+"$python" "$root/scripts/mutation_scores.py" "$@"
