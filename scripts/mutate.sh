@@ -11,11 +11,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 python=${PYTHON:-$root/.venv/bin/python}
-work=build/mutate
+# TESTS="tests/a.py tests/b.py" runs only those test files (a quicker run of a few modules; its own
+# work folder, since mutmut maps tests to mutants once per selection).
+work=build/mutate${TESTS:+-$(echo "$TESTS" | sha1sum | cut -c1-8)}
 mkdir -p "$work"
+for link in workflow tests params Snakefile; do ln -sfn "../../$link" "$work/$link"; done
 ln -sfn ../../workflow "$work/src"
-ln -sfn ../../tests "$work/tests"
-cp pyproject.toml "$work/pyproject.toml"
+"$python" - "$work/pyproject.toml" "${TESTS:-}" <<'PY'
+import json, re, sys
+text = open("pyproject.toml", encoding="utf-8").read()
+if sys.argv[2]:
+    chosen = json.dumps(sys.argv[2].split())
+    text = re.sub(r"pytest_add_cli_args_test_selection = \[.*?\]", f"pytest_add_cli_args_test_selection = {chosen}",
+                  text, flags=re.S)
+open(sys.argv[1], "w", encoding="utf-8").write(text)
+PY
 cd "$work"
 # One thread per test process: the machine is shared; nice keeps interactive work responsive.
 export PYTHONPATH="$PWD/mutants/src" OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \

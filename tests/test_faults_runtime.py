@@ -364,7 +364,7 @@ def test_killed_finetuning_keeps_finished_results_and_ends_the_same(scratch_root
     root = _tiny(scratch_root, tasks=("mrpc", "stsb"), seeds=(3, 4), epochs=2)
     pretrain(load_config("params/smoke.yaml"), RUN)
     out = paths.results_dir("smoke") / "runs" / RUN / "glue.json"
-    parts = paths.models_dir("smoke") / RUN / "finetune" / "glue"
+    parts = paths.results_dir("smoke") / "runs" / RUN / ".glue.parts"
     _finish(_leanlm(root, "finetune", "--run", RUN, "--family", "glue"))
     assert not parts.exists()  # the per-task results are gone once the family's JSON is written
     straight = out.rename(out.with_name("straight.json"))

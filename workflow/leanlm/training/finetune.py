@@ -7,7 +7,7 @@ thesis reports dev-set scores), and is scored with the thesis's metric. Everythi
 ``results/<profile>/runs/<run_id>/<family>.json``.
 
 A killed job loses at most part of one (task, seed): each finished (task, seed) result is written at
-once (atomically) to ``models/<profile>/<run_id>/finetune/<family>/<task>-seed<seed>.json`` and a rerun
+once (atomically) to ``results/<profile>/runs/<run_id>/.<family>.parts/<task>-seed<seed>.json`` and a rerun
 takes it instead of training again, provided it was made with the same settings and pretrained model
 (a fingerprint of both is stored with it); within a task the engine checkpoints at every evaluation
 (every epoch by default), so a rerun resumes mid-task exactly. The parts are deleted once the family's
@@ -265,14 +265,13 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     settings, seeds = finetune_settings(config, run, family), finetune_seeds(config, run, family)
     results = []
     import_runner_modules()
-    model_dir = paths.models_dir(profile) / run_id
     out = paths.results_dir(profile) / "runs" / run_id / f"{family}.json"
     check_writable(out.parent, f"the {family} results into")
-    parts = model_dir / "finetune" / family
-    check_writable(parts, "per-task results into")
-    key = {"settings": settings, "seeds": seeds, "model": model_fingerprint(model_dir),
+    parts = out.with_name(f".{family}.parts")  # hidden: aggregation reads runs/*/*.json only
+    # The model fine-tuned from (finetune_task) and the one evaluated as is (evaluate_from: ch. 4's skip).
+    key = {"settings": settings, "seeds": seeds, "model": model_fingerprint(paths.models_dir(profile) / run_id),
            "evaluated_model": model_fingerprint(paths.models_dir(profile) / (run.evaluate_from or run_id))}
-    with run_lock(model_dir, run_id, f"fine-tuned on {family}", f".finetune-{family}.lock"):
+    with run_lock(out.parent, run_id, f"fine-tuned on {family}", f".{family}.lock"):
         for task in settings["tasks"]:
             # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
             runner = TASK_RUNNERS.get(family if family in TASK_RUNNERS else get_task(task).input_shape)()
