@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of leanlm's core modules with mutmut (pinned in pyproject's dev extra); see
+# Mutation testing of leanlm's core modules with mutmut (pinned: the mutate extra, constraints.txt); see
 # docs/mutation-testing.md. `make mutate` runs every configured module; arguments are mutant-name globs
 # that narrow the run, e.g.  scripts/mutate.sh 'leanlm.training.schedules*'
 #
@@ -28,7 +28,9 @@ open(sys.argv[1], "w", encoding="utf-8").write(text)
 PY
 cd "$work"
 # One thread per test process: the machine is shared; nice keeps interactive work responsive.
-export PYTHONPATH="$PWD/mutants/src" OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-    TOKENIZERS_PARALLELISM=false
+# No PYTHONPATH: mutmut puts mutants/src first itself, and an entry for mutants/src set before mutmut
+# creates it is cached by Python as "no such folder", so the tests would import the unmutated package.
+unset PYTHONPATH
+export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 nice -n 19 "$python" -m mutmut run --max-children "${JOBS:-1}" "$@" || true
 "$python" "$root/scripts/mutation_scores.py" "$@"
