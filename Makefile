@@ -1,6 +1,7 @@
 # The two commands of the README. Both set everything up first (scripts/setup.sh is idempotent).
 #   make reproduce   # set up, then run the default reproduction (profile: smoke)
 #   make test        # set up, then run the test suite (what .ci/run runs)
+#   make mutate      # mutation testing of the core modules (docs/mutation-testing.md); not in CI
 # Hub datasets are unreachable offline; these variables make hub calls fail at once instead of
 # after a long timeout. Unset them for `make reproduce PARAMS=params/paper.yaml` with network.
 export HF_HUB_OFFLINE ?= 1
@@ -11,7 +12,7 @@ VENV ?= .venv
 PARAMS ?= params/smoke.yaml
 CORES ?= all
 
-.PHONY: setup reproduce test analytic clean
+.PHONY: setup reproduce test analytic mutate clean
 
 setup:
 	bash scripts/setup.sh
@@ -26,6 +27,12 @@ analytic: setup
 # machine oversubscribed threads made the suite tens of times slower.
 test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q
+
+# MUTANTS narrows the run to mutant-name globs, e.g. make mutate MUTANTS='leanlm.training.schedules*'.
+# JOBS: test processes in parallel (default 1; the run is niced).
+mutate:
+	LEANLM_EXTRAS=dev,dvc,lmeval,mutate bash scripts/setup.sh
+	PYTHON=$(abspath $(VENV))/bin/python JOBS=$${JOBS:-1} bash scripts/mutate.sh $(MUTANTS)
 
 clean:
 	rm -rf data/smoke models/smoke results/smoke paper_tables/smoke logs/smoke benchmarks/smoke .snakemake

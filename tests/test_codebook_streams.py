@@ -22,7 +22,7 @@ from leanlm.training.codebook_streams import codebook_corpus
 from leanlm.training.hash_inputs import (_model_config, _tokenizer_for, corpus_token_counts, subword_tokenizer,
                                          with_features)
 from leanlm.training.objectives import pack_sequences
-from leanlm.training.pretrain import OBJECTIVES, _import_objectives
+from leanlm.plugins import OBJECTIVES
 from leanlm.training.text_batches import read_documents, tokenize_documents
 
 from test_ch2_pipeline import _texts, _write_jsonl, tiny_project  # noqa: F401  (a fixture)
@@ -88,7 +88,6 @@ def test_streamed_rows_batches_and_codebook_equal_the_in_memory_ones(project, ru
     if run.tokenizer == "hash":  # the literal [SEP]/[CLS] in a document took their special rows
         assert {"zebra", "quux", "ünïcode", "brand"} <= set(new_book.tokens)
     # The objective's batches (masks, random rows, features) are the same tensors.
-    _import_objectives()
     objective = OBJECTIVES.get(run.objective)()
     model_config = _model_config(run)
     assert embedding_features(model_config)

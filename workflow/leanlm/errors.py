@@ -18,3 +18,11 @@ class DataError(LeanLMError):
 
 class TrainingError(LeanLMError):
     """Training cannot go on (NaN/inf loss, corrupt checkpoint, ...)."""
+
+
+class OutputError(LeanLMError, OSError):
+    """An output cannot be written (read-only or full disk, missing permission). Also an ``OSError``, so
+    code that handles failed writes as OSError still does."""
+
+    def __str__(self) -> str:  # the message alone, even with errno/filename set (OSError would reformat)
+        return str(self.args[0]) if self.args else ""

@@ -9,6 +9,7 @@ worth building once, not once per concurrent pretraining job).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -18,29 +19,75 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from leanlm.errors import OutputError
+
 log = logging.getLogger(__name__)
+
+# What a failed write most likely means, by errno, in words a person can act on.
+_WHY = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+
+
+def write_error(path: str | os.PathLike, exc: OSError, what: str = "") -> OutputError:
+    """A clear error for a failed write of ``path``: which path, why (full disk, read-only, permission)
+    and what to do. ``what`` names the output for people (\"the checkpoint of step 400\")."""
+    why = _WHY.get(exc.errno, exc.strerror or type(exc).__name__)
+    failed = f" (at {exc.filename})" if exc.filename and os.fspath(exc.filename) != os.fspath(path) else ""
+    error = OutputError(
+        f"cannot write {what + ' ' if what else ''}{path}: {why}{failed} [{exc}]. Free disk space or make "
+        f"{Path(path).parent} writable, then re-run"
+    )
+    error.errno, error.filename = exc.errno, os.fspath(path)
+    return error
+
+
+def check_writable(directory: str | os.PathLike, what: str = "") -> Path:
+    """Create ``directory`` if needed and prove a file can be made in it, before hours of work whose
+    output would land there; raises :class:`OutputError` naming it otherwise."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise write_error(directory, exc, what) from exc
+    return directory
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed.
 
-    Use it for writers that want a file name (``torch.save``, ``safetensors``, ``df.to_csv``).
+    Use it for writers that want a file name (``torch.save``, ``safetensors``, ``df.to_csv``). An
+    ``OSError`` of the write (full or read-only disk, permissions) becomes an :class:`OutputError` naming
+    ``path`` and the reason.
     """
     dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix or ".tmp", dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix or ".tmp", dir=dest.parent)
+    except OSError as exc:
+        raise write_error(dest, exc) from exc
     os.close(fd)
     tmp_path = Path(tmp)
-    # mkstemp creates 0600; give the result the permissions a plain open() would (umask applied).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)
     try:
         yield tmp_path
+        # mkstemp creates 0600, and some writers (safetensors) recreate the file: give the result the
+        # permissions a plain open() would (umask applied), so the group can read shared outputs.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, dest)
-    except BaseException:
+    except BaseException as exc:
         tmp_path.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise write_error(dest, exc) from exc
         raise
 
 
@@ -57,9 +104,14 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return Path(path)
 
 
+def json_text(obj: Any) -> str:
+    """``obj`` as the indented, key-sorted JSON text :func:`write_json` writes."""
+    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as indented, key-sorted JSON atomically (stable diffs, stable hashes)."""
-    return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    return write_text(path, json_text(obj))
 
 
 def write_jsonl(path: str | os.PathLike, rows) -> Path:
@@ -211,12 +263,7 @@ def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = 
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = target.with_name(f".{target.name}.lock")  # left in place: removing it would race a waiter
     with open(lock, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process building %s%s", what or target.name,
-                     f" ({target})" if what else "")
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        locked = _flock(handle, lock, what or target.name)
         try:
             if done():  # built by the process we waited for
                 return False
@@ -225,7 +272,31 @@ def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = 
                 raise RuntimeError(f"building {target} did not create it")
             return True
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# flock is missing on some network file systems (NFS without lockd, some FUSE mounts): there a build goes
+# on without the lock, which is safe (the write is atomic), only possibly done twice.
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+
+
+def _flock(handle, lock: Path, building: str) -> bool:
+    """Take the exclusive lock on ``handle``, waiting for its holder; False where the file system has no
+    flock (then nothing is locked)."""
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process building %s (lock %s)", building, lock)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+    except OSError as exc:
+        if exc.errno not in _NO_FLOCK:
+            raise
+        log.warning("%s: the file system does not support flock (%s); going on without the lock", lock,
+                    exc.strerror)
+        return False
+    return True
 
 
 @contextlib.contextmanager

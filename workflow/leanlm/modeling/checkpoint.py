@@ -4,7 +4,9 @@
 :class:`ModelConfig`, the caller's ``extra`` (step, metrics, ...) and the names of tied tensors.
 safetensors refuses tensors that share memory, so each tied tensor is stored once and the aliases
 are filled in from it on load (the model ties them again by construction). Both files are written
-atomically, weights first: a directory with a config.json always has complete weights.
+atomically, weights first: a directory with a config.json always has complete weights. config.json
+records the SHA-256 of the weights as written, and loading checks it: damaged bytes are refused by name
+instead of giving a model that fine-tunes to NaN.
 
 :func:`export_hf` writes a Hugging Face BERT layout for MHA models, so they load in
 ``transformers.BertForMaskedLM`` / ``BertForSequenceClassification`` / ``BertModel``.
@@ -24,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from leanlm.errors import ConfigError, LeanLMError, TrainingError
-from leanlm.io import atomic_path, write_json
+from leanlm.io import atomic_path, sha256_file, write_json
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model, head_of, model_class, transfer_backbone
 
@@ -67,6 +69,7 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | os.P
     tensors, aliases = _deduplicated_state(model)
     with atomic_path(directory / WEIGHTS_NAME, suffix=".safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
+        digest = sha256_file(tmp)
     write_json(directory / CONFIG_NAME, {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -75,6 +78,7 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | os.P
         "model": config.to_dict(),
         "tied": aliases,
         "extra": extra or {},
+        "sha256": {WEIGHTS_NAME: digest},
     })
     return directory
 
@@ -96,11 +100,16 @@ def read_checkpoint_meta(directory: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def _read_weights(directory: Path, aliases: dict[str, str]) -> dict[str, torch.Tensor]:
+def _read_weights(directory: Path, aliases: dict[str, str], sha256: str | None = None) -> dict[str, torch.Tensor]:
     path = directory / WEIGHTS_NAME
     if not path.is_file():
         raise TrainingError(f"checkpoint weights {path} are missing; re-run the stage that "
                             f"produces {directory}")
+    if sha256 is not None and (actual := sha256_file(path)) != sha256:
+        raise TrainingError(f"checkpoint weights {path} are damaged: their SHA-256 is {actual}, but "
+                            f"{sha256} was recorded in {directory / CONFIG_NAME} when they were written. "
+                            f"Delete {path} and {directory / CONFIG_NAME} and re-run the stage that "
+                            f"produces them")
     try:
         tensors = load_file(str(path))
     except Exception as err:  # safetensors raises its own error types for truncated/garbled files
@@ -135,7 +144,9 @@ def load_model(directory: str | os.PathLike, kind: str | None = None,
         # Only fine-tuning models (those with a backbone_prefix) start from another head's weights.
         raise TrainingError(f"{directory} holds a {saved_kind} model; a {kind} model cannot be "
                             f"loaded from it")
-    tensors = _read_weights(directory, meta.get("tied", {}))
+    recorded = meta.get("sha256")  # absent in checkpoints written before checksums were recorded
+    tensors = _read_weights(directory, meta.get("tied", {}),
+                            recorded.get(WEIGHTS_NAME) if isinstance(recorded, dict) else None)
     labels = num_labels if num_labels is not None else meta.get("num_labels")
     takes_labels = "num_labels" in inspect.signature(cls.__init__).parameters
     if takes_labels and labels is not None:

@@ -44,7 +44,7 @@ from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation import per_example
 from leanlm.evaluation.bleu import corpus_bleu, sentence_statistics
 from leanlm.evaluation.metrics import compute_all
-from leanlm.io import atomic_path, read_jsonl, write_json
+from leanlm.io import atomic_path, read_jsonl
 from leanlm.modeling.checkpoint import load_model, save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model
@@ -56,7 +56,8 @@ from leanlm.training.engine import Trainer
 from leanlm.training.epoch_checkpoints import LastEpochCheckpoints, kept_checkpoints
 from leanlm.training.finetune import TaskRunner
 from leanlm.training.pretrain import (PRETRAIN_SEED, PretrainObjective, parameter_counts,
-                                      pretrain_train_config, record_head)
+                                      pretrain_train_config, record_head, record_path,
+                                      write_model_and_record)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import example_indices, micro_batches_per_step
 
@@ -326,7 +327,6 @@ def train_translation(config: dict, run) -> dict:
     summary = trainer.fit()
     val_loss = validation_loss(model, valid_pairs, settings["batch_size"]) if len(valid_pairs) else float("nan")
 
-    save_checkpoint(model, model_config, out_dir, extra={"run_id": run_id, "profile": profile, "task": task})
     epochs.write_manifest()
     record = {
         **record_head(config, run, model_config.to_dict(), settings, task=task),
@@ -341,7 +341,8 @@ def train_translation(config: dict, run) -> dict:
         "timing": {"seconds": time.time() - started},
         "hardware": hardware(),
     }
-    write_json(paths.results_dir(profile) / "runs" / run_id / "pretrain.json", record)
+    write_model_and_record(record_path(profile, run_id), record, lambda: save_checkpoint(
+        model, model_config, out_dir, extra={"run_id": run_id, "profile": profile, "task": task}))
     trainer.remove_checkpoint()
     log.info("%s: final loss %.4f, validation loss %.4f", run_id, summary["final_loss"], val_loss)
     return record

@@ -11,20 +11,35 @@ the two with renames, so at every instant there is either the old complete check
 4. delete ``.checkpoint.previous/``.
 
 A kill between 2 and 3 leaves only ``.checkpoint.previous/``; ``load_checkpoint`` puts it back.
-States are loaded with ``weights_only=True``: a checkpoint is data, never code.
+``meta.json`` records the SHA-256 of ``state.pt`` as written; ``load_checkpoint`` checks it before
+unpickling, so a file damaged on disk (bit rot, a bad copy) is refused by name instead of resuming
+into NaNs. States are loaded with ``weights_only=True``: a checkpoint is data, never code.
+
+:func:`run_lock` keeps two jobs from training the same run at once (they would race on
+``.checkpoint.partial/``): the second fails at once, naming the process that holds the run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
+import logging
+import os
 import shutil
+import socket
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
 from leanlm.errors import TrainingError
+from leanlm.io import sha256_file
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "state.pt"
@@ -86,7 +101,8 @@ def save_checkpoint(run_dir: str | Path, state: dict) -> Path:
     try:
         partial.mkdir()
         _write_state({"format_version": FORMAT_VERSION, **state}, partial / STATE_FILE)
-        meta = {"step": state.get("step"), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        meta = {"step": state.get("step"), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "sha256": {STATE_FILE: sha256_file(partial / STATE_FILE)}}
         (partial / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         if final.exists():
             shutil.rmtree(previous, ignore_errors=True)
@@ -115,6 +131,7 @@ def load_checkpoint(run_dir: str | Path, map_location: str | torch.device = "cpu
     path = final / STATE_FILE
     if not path.is_file():
         raise corrupt(path, "the file is missing")
+    _verify_checksum(final)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # any unpickling/zip error means the bytes are not a checkpoint
@@ -123,6 +140,25 @@ def load_checkpoint(run_dir: str | Path, map_location: str | torch.device = "cpu
         version = state.get("format_version") if isinstance(state, dict) else type(state).__name__
         raise corrupt(path, f"format version {version!r}, expected {FORMAT_VERSION}")
     return state
+
+
+def _verify_checksum(folder: Path) -> None:
+    """Refuse a ``state.pt`` whose bytes differ from those written (checksum in ``meta.json``)."""
+    meta_path, path = folder / META_FILE, folder / STATE_FILE
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        recorded = meta.get("sha256", {}).get(STATE_FILE) if isinstance(meta, dict) else None
+    except FileNotFoundError:
+        raise corrupt(path, f"{meta_path}, which holds its checksum, is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise corrupt(path, f"{meta_path}, which holds its checksum, is unreadable ({exc})") from None
+    if recorded is None:  # written before checksums were recorded
+        log.warning("checkpoint %s has no recorded checksum; resuming without verifying its bytes", path)
+        return
+    actual = sha256_file(path)
+    if actual != recorded:
+        raise corrupt(path, f"the file is damaged: its SHA-256 is {actual}, but {recorded} was recorded in "
+                            f"{meta_path} when it was written")
 
 
 def remove_checkpoint(run_dir: str | Path) -> None:
@@ -138,3 +174,39 @@ def corrupt(path: Path, why: str) -> TrainingError:
         f"cannot resume from checkpoint {path}: {why}. Delete the folder {path.parent} to start "
         "this run from scratch"
     )
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: str | Path, run: str, doing: str = "trained", name: str = ".lock") -> Iterator[None]:
+    """Hold ``<run_dir>/<name>`` exclusively while run ``run`` is being ``doing``; a second process
+    fails at once with a TrainingError naming the holder. The kernel drops the lock when its holder dies,
+    so a killed job never leaves a stale lock. On file systems without flock (some network mounts) the
+    run goes on unlocked, with a warning."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / name
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "(unknown: it has only just started)"
+            raise TrainingError(
+                f"run {run} is already being {doing} by process {holder} (it holds the lock {path}); "
+                "wait for that job to finish or stop it, then re-run"
+            ) from None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS):
+                raise
+            log.warning("%s: the file system does not support flock (%s); not guarding run %s against a "
+                        "second job", path, exc.strerror, run)
+            yield
+            return
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()} on host {socket.gethostname()}\n")
+            handle.flush()
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

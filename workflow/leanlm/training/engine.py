@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -36,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel
 from leanlm.progress import progress
 
 from leanlm.errors import ConfigError, TrainingError
+from leanlm.io import write_error
 from leanlm.training import checkpointing
 from leanlm.training.distributed import (
     all_reduce_sum,
@@ -266,13 +269,16 @@ class Trainer:
                 "config": _run_defining(dataclasses.asdict(self.config)),
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             }
+            where = checkpointing.checkpoint_dir(self.run_dir)
             try:
                 checkpointing.save_checkpoint(self.run_dir, state)
-            except Exception as exc:
+            except OSError as exc:  # full or read-only disk, permissions: say which and where
+                raise TrainingError(f"could not write the checkpoint of step {self.state.step}: "
+                                    f"{write_error(where, exc)}") from exc
+            except Exception as exc:  # torch.save reports a failed write as RuntimeError, without errno
                 raise TrainingError(
-                    f"could not write the checkpoint of step {self.state.step} into "
-                    f"{checkpointing.checkpoint_dir(self.run_dir)} ({type(exc).__name__}: {exc}); "
-                    "check free disk space and permissions"
+                    f"could not write the checkpoint of step {self.state.step} into {where}: "
+                    f"{_why_unwritten(self.run_dir, state)} ({type(exc).__name__}: {exc})"
                 ) from exc
         barrier()
         self._saved_step = self.state.step
@@ -374,6 +380,32 @@ def _loss_of(output: Any) -> torch.Tensor:
             f"micro-batch); got {got}"
         )
     return loss
+
+
+def _why_unwritten(run_dir: Path, state: dict) -> str:
+    """Why a checkpoint write without an errno (torch.save's RuntimeError) failed, as far as can be told:
+    too little free space for the state's tensors, or no write permission."""
+    need = _tensor_bytes(state)
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        free = None
+    if free is not None and free < need:
+        return (f"the disk is full ({free:,} bytes free, the checkpoint needs about {need:,}); free space "
+                f"there or point the run elsewhere, then re-run")
+    if not os.access(run_dir, os.W_OK):
+        return f"no permission to write into {run_dir}; fix its permissions, then re-run"
+    return "check free disk space and permissions there"
+
+
+def _tensor_bytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, Mapping):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
 
 
 def _run_defining(config: dict) -> dict:

@@ -5,11 +5,20 @@ One job per (model, family) keeps Snakemake's per-job overhead negligible; insid
 shared engine (early stopping on the task's primary metric, evaluated on the dev split as the
 thesis reports dev-set scores), and is scored with the thesis's metric. Everything lands in one
 ``results/<profile>/runs/<run_id>/<family>.json``.
+
+A killed job loses at most part of one (task, seed): each finished (task, seed) result is written at
+once (atomically) to ``results/<profile>/runs/<run_id>/.<family>.parts/<task>-seed<seed>.json`` and a rerun
+takes it instead of training again, provided it was made with the same settings and pretrained model
+(a fingerprint of both is stored with it); within a task the engine checkpoints at every evaluation
+(every epoch by default), so a rerun resumes mid-task exactly. The parts are deleted once the family's
+JSON is written. A second job fine-tuning the same run on the same family fails at once (run lock).
 """
 
 from __future__ import annotations
 
 import abc
+import hashlib
+import json
 import logging
 import math
 import shutil
@@ -25,13 +34,14 @@ from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.superglue_metrics import attach_groups
-from leanlm.io import read_jsonl, write_json
+from leanlm.io import check_writable, json_text, read_jsonl, sha256_file, write_json
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.provenance import hardware
 # The folder leanlm/runners is the registry: runner <name> (an input shape, or a family that owns its runner)
 # is class ``Runner`` of leanlm.runners.<name>, imported when a job asks for it.
 from leanlm.plugins import TASK_RUNNERS, runner_name
 from leanlm.runs import finetune_seeds, finetune_settings, get_run
+from leanlm.training.checkpointing import run_lock
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
 from leanlm.training.hub_checkpoint import load_finetune_model, load_pretrained_model
@@ -135,6 +145,8 @@ def finetune_train_config(settings: dict, task: str, run_id: str, seed: int, n_t
         clip_norm=settings["clip_norm"],
         seed=seed,
         eval_every=_eval_every(settings, task, steps_per_epoch),
+        # A checkpoint at every evaluation: a killed job resumes mid-task (paper GLUE: 20 epochs a task).
+        checkpoint_every=_eval_every(settings, task, steps_per_epoch),
         early_stopping_patience=settings["early_stopping_patience"],
         desc=f"{run_id} {task} seed {seed}",
     )
@@ -264,13 +276,35 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     tokenizer = finetuning_tokenizer(config, run)
     settings, seeds = finetune_settings(config, run, family), finetune_seeds(config, run, family)
     results = []
-    for task in settings["tasks"]:
-        # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
-        runner = TASK_RUNNERS.get(runner_name(family, task))()
-        for seed in seeds if runner.is_seeded(settings) else seeds[:1]:
-            result = runner(config, run_id, family, task, seed, tokenizer)
-            log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])
-            results.append(result)
+    out = paths.results_dir(profile) / "runs" / run_id / f"{family}.json"
+    check_writable(out.parent, f"the {family} results into")
+    parts = out.with_name(f".{family}.parts")  # hidden: aggregation reads runs/*/*.json only
+    # The model fine-tuned from (finetune_task) and the one evaluated as is (evaluate_from: ch. 4's skip).
+    key = {"settings": settings, "seeds": seeds, "model": model_fingerprint(paths.models_dir(profile) / run_id),
+           "evaluated_model": model_fingerprint(paths.models_dir(profile) / (run.evaluate_from or run_id))}
+    with run_lock(out.parent, run_id, f"fine-tuned on {family}", f".{family}.lock"):
+        for task in settings["tasks"]:
+            # A family may own its runner (ch. 4's lm_eval, analysis); otherwise the task's input shape picks it.
+            runner = TASK_RUNNERS.get(runner_name(family, task))()
+            for seed in seeds if runner.is_seeded(settings) else seeds[:1]:
+                part = parts / f"{task}-seed{seed}.json"
+                result = finished_result(part, {**key, "task": task, "seed": seed})
+                if result is None:
+                    result = runner(config, run_id, family, task, seed, tokenizer)
+                    write_json(part, {"key": part_key({**key, "task": task, "seed": seed}), "result": result})
+                else:
+                    log.info("%s %s seed %d: finished by an earlier job (%s)", run_id, task, seed, part)
+                log.info("%s %s seed %d: %s = %.4f", run_id, task, seed, result["primary_metric"], result["primary"])
+                results.append(result)
+        record = _family_record(config, run, family, settings, seeds, results, started)
+        write_json(out, record)
+        shutil.rmtree(parts, ignore_errors=True)
+    return record
+
+
+def _family_record(config: dict, run, family: str, settings: dict, seeds: list, results: list,
+                   started: float) -> dict:
+    profile, run_id = config["profile"], run.run_id
     # The pretrained model, as saved (a run with evaluate_from, ch. 4's skip, has none of its own).
     probe = load_pretrained_model(paths.models_dir(profile) / (run.evaluate_from or run_id))
     record = {
@@ -294,5 +328,38 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
         "timing": {"seconds": time.time() - started, **inference_timing(results)},
         "hardware": hardware(),
     }
-    write_json(paths.results_dir(profile) / "runs" / run_id / f"{family}.json", record)
     return record
+
+
+def model_fingerprint(directory) -> dict:
+    """What identifies a pretrained model cheaply: its config.json's SHA-256 (which records the weights'
+    own SHA-256) and the weights' size and modification time; empty where there is no model."""
+    config, weights = directory / "config.json", directory / "model.safetensors"
+    found = {}
+    if config.is_file():
+        found["config_sha256"] = sha256_file(config)
+    if weights.is_file():
+        stat = weights.stat()
+        found["weights"] = [stat.st_size, stat.st_mtime_ns]
+    return found
+
+
+def part_key(key: dict) -> str:
+    """SHA-256 of a (task, seed) result's settings, seed and pretrained model."""
+    return hashlib.sha256(json_text(key).encode()).hexdigest()
+
+
+def finished_result(part, key: dict) -> dict | None:
+    """The result an earlier job wrote to ``part`` for the same settings and model, else None (a part
+    made under other settings is left to be overwritten, with a note)."""
+    if not part.is_file():
+        return None
+    try:
+        saved = json.loads(part.read_text(encoding="utf-8"))
+        if saved["key"] == part_key(key):
+            return saved["result"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        log.warning("%s is unreadable (%s); training this task and seed again", part, exc)
+        return None
+    log.info("%s was made with other settings or another pretrained model; training again", part)
+    return None

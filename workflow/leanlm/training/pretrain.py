@@ -37,7 +37,7 @@ from leanlm.config import public
 from leanlm.data.pretrain_data import embedding_rows, run_data
 from leanlm.data.tokenizer import eos_token_id, special_token_id
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import write_json
+from leanlm.io import atomic_path, check_writable, json_text
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
@@ -46,6 +46,7 @@ from leanlm.modeling.models import build_model
 from leanlm.plugins import OBJECTIVES
 from leanlm.provenance import hardware
 from leanlm.runs import get_run, pretrain_settings
+from leanlm.training.checkpointing import run_lock
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
 from leanlm.training.fixed_sequence import attach_fixed_sequence
@@ -220,14 +221,35 @@ def parameter_counts(model) -> dict:
             "embedding": embedding_parameters(model), "word_embedding": word_embedding_parameters(model)}
 
 
+def record_path(profile: str, run_id: str):
+    """``results/<profile>/runs/<run_id>/pretrain.json``."""
+    return paths.results_dir(profile) / "runs" / run_id / "pretrain.json"
+
+
+def write_model_and_record(path, record: dict, write_model) -> None:
+    """Write the model (``write_model()``) and its ``pretrain.json`` record ``path`` so that a failure
+    publishes no record: the record is staged beside its destination first (so an unwritable results
+    folder fails before the model is touched) and moved into place only after the model is written."""
+    with atomic_path(path) as staged:
+        staged.write_text(json_text(record), encoding="utf-8")
+        write_model()
+
+
 def pretrain(config: dict, run_id: str) -> dict:
-    """Pretrain (or, for translation, train) the run ``run_id`` with its experiment's objective."""
+    """Pretrain (or, for translation, train) the run ``run_id`` with its experiment's objective.
+
+    Both output folders are checked writable before any work, and the run is locked against a second
+    job training it at the same time (checkpointing.run_lock)."""
     run = get_run(config, run_id)
     try:
         objective = OBJECTIVES.get(run.objective)
     except ConfigError as err:
         raise ConfigError(f"{config['_params_file']}: run {run_id}: {err}") from None
-    return objective().run(config, run)
+    model_dir = paths.models_dir(config["profile"]) / run_id
+    check_writable(record_path(config["profile"], run_id).parent, "the run's pretrain.json into")
+    check_writable(model_dir, "the run's model into")
+    with run_lock(model_dir, run_id):
+        return objective().run(config, run)
 
 
 def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
@@ -283,10 +305,13 @@ def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
     extra = {"run_id": run_id, "profile": profile}
     if data.tokenizer:
         extra["tokenizer"] = {"name": data.tokenizer, "file": "tokenizer.json"}
-    save_checkpoint(model, model_config, out_dir, extra=extra)
-    save_inputs(tokenizer, out_dir)  # the hash codebook fine-tuning must hash with (hash runs only)
-    # What evaluation must encode with (for hash_subword runs: the pieces their codebook hashes).
-    save_run_tokenizer(getattr(tokenizer, "pieces", tokenizer), out_dir, keep=bool(data.tokenizer))
+
+    def write_model() -> None:
+        save_checkpoint(model, model_config, out_dir, extra=extra)
+        save_inputs(tokenizer, out_dir)  # the hash codebook fine-tuning must hash with (hash runs only)
+        # What evaluation must encode with (for hash_subword runs: the pieces their codebook hashes).
+        save_run_tokenizer(getattr(tokenizer, "pieces", tokenizer), out_dir, keep=bool(data.tokenizer))
+
     record = {
         **record_head(config, run, model_config.to_dict(), settings),
         "summary": {k: v for k, v in summary.items() if k != "history"},
@@ -300,7 +325,7 @@ def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
         "timing": {"seconds": time.time() - started, **clock.timing()},
         "hardware": hardware(),
     }
-    write_json(paths.results_dir(profile) / "runs" / run_id / "pretrain.json", record)
+    write_model_and_record(record_path(profile, run_id), record, write_model)
     trainer.remove_checkpoint()
     log.info("%s: final loss %.4f, validation %s loss %.4f", run_id, summary["final_loss"], objective.metric, val_loss)
     return record
