@@ -127,6 +127,11 @@ def test_streams_are_built_once_shared_by_hashers_and_rebuilt_when_damaged(proje
     stream.write_bytes(stream.read_bytes()[:-4])  # truncated copy: rebuilt, not trusted
     rebuilt = codebook_corpus(config, md5, corpus, 16)
     assert torch.equal(rebuilt.train[:], first.train[:])
+    # Overwritten with bytes of the right size (issue 16): the SHA-256 differs, so it is rebuilt too.
+    good = stream.read_bytes()
+    stream.write_bytes(bytes(reversed(good)))
+    rebuilt = codebook_corpus(config, md5, corpus, 16)
+    assert torch.equal(rebuilt.train[:], first.train[:]) and stream.read_bytes() == good
 
     # A changed corpus is a new key: never a stale stream.
     _write_jsonl(corpus / "train.jsonl", [{"text": t} for t in _texts(30, 25, 9)])

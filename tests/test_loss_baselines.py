@@ -77,6 +77,10 @@ def tiny_smoke(scratch_root):
             doc["pretrain"][block].update(steps=STEPS, batch_size=4, seq_len=16, warmup_steps=1,
                                           checkpoint_every=None)
         doc["pretrain"]["translation"]["vocab_size"] = 120
+        for family in doc["finetune"].values():  # validation: no fine-tuning window past the positions
+            for key in ("max_seq_len", "max_length"):
+                if key in family:
+                    family[key] = min(family[key], 32)
         for variant in ("mlm_ch2", "ch4"):
             doc["pretrain_variants"][variant].update(steps=STEPS, batch_size=4, seq_len=16, warmup_steps=1,
                                                      checkpoint_every=None)

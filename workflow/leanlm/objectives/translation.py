@@ -327,7 +327,6 @@ def train_translation(config: dict, run) -> dict:
     summary = trainer.fit()
     val_loss = validation_loss(model, valid_pairs, settings["batch_size"]) if len(valid_pairs) else float("nan")
 
-    epochs.write_manifest()
     record = {
         **record_head(config, run, model_config.to_dict(), settings, task=task),
         "summary": {k: v for k, v in summary.items() if k != "history"},
@@ -341,8 +340,11 @@ def train_translation(config: dict, run) -> dict:
         "timing": {"seconds": time.time() - started},
         "hardware": hardware(),
     }
-    write_model_and_record(record_path(profile, run_id), record, lambda: save_checkpoint(
-        model, model_config, out_dir, extra={"run_id": run_id, "profile": profile, "task": task}))
+    def write_model():  # the final model is the last averaged checkpoint: EPOCHS.json follows it
+        save_checkpoint(model, model_config, out_dir, extra={"run_id": run_id, "profile": profile, "task": task})
+        epochs.write_manifest()
+
+    write_model_and_record(record_path(profile, run_id), record, write_model)
     trainer.remove_checkpoint()
     log.info("%s: final loss %.4f, validation loss %.4f", run_id, summary["final_loss"], val_loss)
     return record

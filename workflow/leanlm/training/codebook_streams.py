@@ -132,20 +132,25 @@ class WordStreams:
             record = json.loads(self.record_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        ok = (record.get("format") == FORMAT_VERSION and (self.directory / "tokens.jsonl").is_file()
-              and all(_stream_size_ok(self.directory / f"{s}.sep.uint32", int(record["tokens"][s]), WORD_DTYPE)
-                      for s in SPLITS))
+        try:
+            # Size and SHA-256 of each stream: bytes overwritten at the right size are caught (issue 16).
+            ok = (record.get("format") == FORMAT_VERSION and (self.directory / "tokens.jsonl").is_file()
+                  and all(_stream_size_ok(self.directory / f"{s}.sep.uint32", int(record["tokens"][s]), WORD_DTYPE)
+                          and eos_packing.bytes_match(self.directory / f"{s}.sep.uint32", str(record["sha256"][s]))
+                          for s in SPLITS))
+        except (KeyError, TypeError, ValueError):
+            ok = False
         return record if ok else None
 
     def build(self) -> None:
         rows = WordRows()
-        tokens = {}
+        tokens, sha256 = {}, {}
         for split, path in self.splits.items():
             target = self.directory / f"{split}.sep.uint32"
-            tokens[split] = eos_packing._write_stream(rows, path, SPECIAL_TOKENS.index("[SEP]"), WORD_DTYPE,
+            tokens[split], sha256[split] = eos_packing._write_stream(rows, path, SPECIAL_TOKENS.index("[SEP]"), WORD_DTYPE,
                                                       target, f"word rows of {path.name}", leading=False)
         write_jsonl(self.directory / "tokens.jsonl", ({"t": t} for t in rows.tokens))
-        write_json(self.record_path, {"format": FORMAT_VERSION, "tokens": tokens, "rows": len(rows.tokens),
+        write_json(self.record_path, {"format": FORMAT_VERSION, "tokens": tokens, "sha256": sha256, "rows": len(rows.tokens),
                                       "splits": {s: str(p) for s, p in self.splits.items()}})
         log.info("word rows: %d distinct tokens, %s tokens per split, in %s", len(rows.tokens), tokens, self.directory)
 

@@ -183,12 +183,18 @@ def _stream_problem(target: Path, dtype: np.dtype) -> str | None:
     stat = target.stat()
     if tokens * dtype.itemsize != stat.st_size:
         return f"its size ({stat.st_size} bytes) disagrees with its record ({tokens} tokens): truncated or damaged"
+    if not bytes_match(target, sha256):
+        return "its bytes do not match the SHA-256 its record holds: overwritten or damaged"
+    return None
+
+
+def bytes_match(target: Path, sha256: str) -> bool:
+    """Whether the stream ``target`` has the SHA-256 ``sha256``; computed once per job and file state."""
+    stat = target.stat()
     key = (str(target), stat.st_ino, stat.st_size, stat.st_mtime_ns, sha256)
     if key not in _VERIFIED:
         _VERIFIED[key] = sha256_file(target) == sha256
-    if not _VERIFIED[key]:
-        return "its bytes do not match the SHA-256 its record holds: overwritten or damaged"
-    return None
+    return _VERIFIED[key]
 
 
 def _cached_tokens(target: Path, dtype: np.dtype) -> int | None:
