@@ -77,6 +77,11 @@ def test_readme_budget_command_runs_verbatim_and_reports_every_chapter():
     for chapter in ("ch2", "ch3", "ch4", "all"):
         assert f"| {chapter} |" in proc.stdout
     assert "final checkpoints" in proc.stdout
+    # The README's copy of the report is the command's output on this code, not typed numbers.
+    section = readme.split("## Compute and disk budget", 1)[1].split("\n## ", 1)[0]
+    printed = [line for line in section.splitlines() if line.startswith("| ")]
+    assert printed and all(line in proc.stdout.splitlines() for line in printed), (
+        "README's budget tables differ from `leanlm budget --params params/paper.yaml`: paste its output")
 
 
 def test_unknown_gpu_is_a_clear_error():
