@@ -101,8 +101,6 @@ onerror:
 # network) and the light report rules run where Snakemake runs.
 localrules:
     data,
-    data_corpora,
-    data_tokenizers,
     aggregate,
     render_table,
     render_figure,

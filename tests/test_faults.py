@@ -252,8 +252,13 @@ def test_a_plain_snakemake_uses_the_default_profile(scratch_root):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert f"Using workflow specific profile {Path('profiles') / 'default'}" in out, out
-    # the profile's printshellcmds: the dry run lists each job's command
-    assert "leanlm analytic --params" in out, out
+    assert "leanlm analytic --params" not in out, out  # the profile's printshellcmds: false (logs say it)
+    assert "localrules directive specifies rules that are not present" not in out, out
+    # ... and that file's settings are the ones applied: turned on in the copy, the commands show
+    profile = root / "profiles" / "default" / "config.yaml"
+    profile.write_text(profile.read_text().replace("printshellcmds: false", "printshellcmds: true"))
+    proc = snakemake(root, "-n", "analytic")
+    assert "leanlm analytic --params" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
 def test_the_default_profile_is_where_snakemake_looks():

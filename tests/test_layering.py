@@ -231,3 +231,10 @@ def test_a_chapter_fingerprint_holds_no_other_chapter():
         own = _in(spec["renderer"].partition(":")[0], CHAPTERS)
         assert chapters <= ({own.rpartition(".")[2]} if own else set()), (name, chapters)
         assert not {f for f in files if f.startswith(("runners/", "objectives/"))}, name
+
+
+def test_reading_a_profile_needs_no_model_library():
+    # config.py reads and schema-validates; the checks that ask the model library, the task table or the
+    # training stack live in leanlm.profile_checks (issue 15: cross-package checks leave config.py).
+    layers = ("leanlm.modeling", "leanlm.data", "leanlm.training", "leanlm.evaluation", "leanlm.reporting")
+    assert sorted(i for i in GRAPH["leanlm.config"] if _in(i, layers)) == []

@@ -12,86 +12,29 @@ The resolved config is the profile dict plus the keys the loader adds:
 - ``_matrix``: the experiment families the profile selects, from ``params/experiments/*.yaml``;
 - ``absent_runs``: ``{run_id: reason}`` of the matrix runs this profile cannot run.
 
+The checks across the profile, the matrix, the model library and the task table (a variant the model
+library lacks, a sequence longer than the model's positions, named pretraining data a run cannot read,
+...) live in :mod:`leanlm.profile_checks`, called at the end of :func:`load_config`; this module itself
+only reads and schema-validates files.
+
 Resolving that matrix into runs (:class:`~leanlm.runs.Run`, :func:`~leanlm.runs.runs`,
 :func:`~leanlm.runs.get_run`, the settings a run trains with) is :mod:`leanlm.runs`' job; the cross-file
-checks here import it, it never imports this module.
+checks import it, it never imports this module.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from leanlm import paths
-from leanlm.io import read_yaml
 from leanlm.errors import ConfigError
-from leanlm.runs import (BLOCKLESS_OBJECTIVES, DEFAULT_ATTENTION, Run, _pretrain_data_fields, _run_fields,
-                         absent_runs, finetune_settings, pretrain_settings, runs)
-
-# Named pretraining data (an experiment's ``pretrain_data``, ch. 4's SlimPajama and Pythia BPE, and the
-# corpus FixedSeqQK's fixed text comes from, FineWeb's sample-10BT, §4.3.4): the profile keys that define
-# the names, and what a run may do with them (checked by `_check_pretrain_data`; the names a run resolves
-# to are leanlm.runs.Run's pretrain_corpus, pretrain_tokenizer and fixed_text_corpus). Objectives that pack
-# the corpus may read a named corpus; a named tokenizer travels with the model (models/<profile>/<run>/tokenizer.json),
-# and only the families that read it from there may evaluate such a model: ch. 4's lm_eval and analysis
-# for causal LMs (Pythia's BPE), GLUE (with its glue_ch2 variant) for ch. 2's MLM / Shuffle+Random BERTs
-# (RoBERTa's BPE), whose inputs are the tokenizer's ids or, for hash_subword, its pieces hashed.
-PRETRAIN_DATA_KEYS = {"corpus": "corpora", "tokenizer": "tokenizers", "fixed_text": "corpora"}
-PRETRAIN_DATA_OBJECTIVES = ("mlm", "causal_lm", "shuffle_random")
-NAMED_TOKENIZER_FAMILIES_BY_OBJECTIVE = {"causal_lm": ("lm_eval", "analysis"), "mlm": ("glue",),
-                                         "shuffle_random": ("glue",)}
-NAMED_TOKENIZER_OBJECTIVES = tuple(NAMED_TOKENIZER_FAMILIES_BY_OBJECTIVE)
-NAMED_TOKENIZER_FAMILIES = ("lm_eval", "analysis", "glue")
-# Run tokenizers a named tokenizer may feed: its ids (profile) or its pieces hashed (hash_subword, not
-# for causal LMs, which pack with the tokenizer's own end-of-text token).
-NAMED_TOKENIZER_RUN_TOKENIZERS = {"causal_lm": ("profile",), "mlm": ("profile", "hash_subword"),
-                                  "shuffle_random": ("profile", "hash_subword")}
-
-
-def _schema(name: str) -> dict:
-    path = paths.project_root() / "workflow" / "schemas" / name
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _read_yaml(path: Path) -> Any:
-    if not path.is_file():
-        raise ConfigError(f"params file {path} does not exist; profiles live in params/<profile>.yaml")
-    return read_yaml(path)  # UTF-8, no repeated key, valid YAML: else a ConfigError naming file and line
-
-
-def _describe(error: jsonschema.ValidationError) -> str:
-    where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        return f"key {where + '.' if where != '(top level)' else ''}{extra[0]} is not allowed; allowed keys: {', '.join(allowed)}"
-    if error.validator == "propertyNames":
-        allowed = schema.get("propertyNames", {}).get("enum")
-        bad = error.message.split(" ")[0]
-        if allowed:
-            return f"key {where}.{bad.strip(chr(39))} is not allowed; allowed: {', '.join(map(str, allowed))}"
-    if error.validator == "enum":
-        return f"key {where} = {error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
-    if error.validator == "required":
-        return f"key {where}: {error.message}"
-    return f"key {where} = {error.instance!r}: {error.message}"
-
-
-def _validate(instance: Any, schema: dict, source: Path) -> None:
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if errors:
-        best = jsonschema.exceptions.best_match(errors)
-        lines = [f"{source}: {_describe(best)}"]
-        others = [e for e in errors if e is not best]
-        lines += [f"  also: {_describe(e)}" for e in others[:4]]
-        raise ConfigError("\n".join(lines))
+from leanlm.runs import absent_runs
+from leanlm.schemas import read_params_yaml as _read_yaml
+from leanlm.schemas import schema as _schema
+from leanlm.schemas import validate as _validate
 
 
 @lru_cache(maxsize=8)
@@ -133,7 +76,9 @@ def load_config(params_file: str | Path | None = None) -> dict:
                 f"known: {', '.join(sorted(matrix))}"
             )
         config["_matrix"][name] = matrix[name]
-    _check_combinations(config, path)
+    from leanlm.profile_checks import check_combinations  # the checks that need the model library and tasks
+
+    check_combinations(config, path)
     config["absent_runs"] = absent_runs(config)
     return config
 
@@ -151,268 +96,6 @@ def _check_profile_file(config: dict, path: Path) -> None:
         f"(dvc.yaml, e.g. tokenizer@{profile}) prepare data/{profile}/ from that file, so this file's data settings "
         f"would be ignored. To run another profile, save it as params/<name>.yaml with `profile: <name>` and add "
         f"<name> to the `profiles` list in dvc.yaml")
-
-
-def _check_schedules(config: dict, path: Path, run: Run, model_config) -> None:
-    """What the schema cannot see in a run's resolved pretraining settings (its objective's block, with its
-    variant and its size's overrides laid over it): a warm-up that ends after training (the learning rate
-    would never reach ``lr``) and a sequence longer than the model has positions (every batch would fail)."""
-    settings = pretrain_settings(config, run)
-    if not settings:
-        return
-
-    def origin(key: str) -> str:  # the profile key the resolved value comes from
-        if key in config["models"][run.size].get("pretrain_overrides", {}):
-            return f"models.{run.size}.pretrain_overrides.{key}"
-        if run.pretrain_variant and key in config.get("pretrain_variants", {}).get(run.pretrain_variant, {}):
-            return f"pretrain_variants.{run.pretrain_variant}.{key}"
-        return f"pretrain.{run.objective}.{key}"
-
-    if settings["warmup_steps"] > settings["steps"]:
-        raise ConfigError(f"{path}: key {origin('warmup_steps')} = {settings['warmup_steps']} is larger than "
-                          f"{origin('steps')} = {settings['steps']} (run {run.run_id}): the learning rate would "
-                          f"never reach its value; make warmup_steps at most steps")
-    if settings["seq_len"] > model_config.max_tokens:
-        raise ConfigError(f"{path}: key {origin('seq_len')} = {settings['seq_len']} is longer than the "
-                          f"{model_config.max_tokens} positions of run {run.run_id}'s model (key "
-                          f"models.{run.size}.max_position = {model_config.max_position}); lower seq_len or "
-                          f"raise max_position")
-
-
-def _check_finetune_lengths(config: dict, path: Path, run: Run, model_config) -> None:
-    """A fine-tuning family's ``max_seq_len`` (its variant's, where the run picks one) fits the positions of
-    the model it fine-tunes: a longer one passes the schema and fails in every fine-tuning job of the run."""
-    for family in run.finetune:
-        length = finetune_settings(config, run, family).get("max_seq_len")
-        if length is None or length <= model_config.max_tokens:
-            continue
-        variant = run.finetune_variants.get(family)
-        key = (f"finetune_variants.{variant}.max_seq_len"
-               if variant and "max_seq_len" in config.get("finetune_variants", {}).get(variant, {})
-               else f"finetune.{family}.max_seq_len")
-        raise ConfigError(f"{path}: key {key} = {length} is longer than the {model_config.max_tokens} positions of "
-                          f"run {run.run_id}'s model (key models.{run.size}.max_position = "
-                          f"{model_config.max_position}); lower max_seq_len or raise max_position")
-
-
-def _check_combinations(config: dict, path: Path) -> None:
-    """Cross-file checks the schema cannot express: names that must exist elsewhere."""
-    from leanlm.modeling.config import known_attention_names
-
-    known = known_attention_names()
-    for size, settings in config["models"].items():
-        backbone = settings.get("backbone", size)
-        if backbone not in DEFAULT_ATTENTION:
-            raise ConfigError(f"{path}: key models.{size} is not a backbone name; give it backbone: one of "
-                              f"{', '.join(DEFAULT_ATTENTION)}")
-    for name, experiment in config["_matrix"].items():
-        where = f"params/experiments (experiment {name!r})"
-        sizes = {experiment.get("size", experiment["backbone"])}
-        sizes |= {r["size"] for r in experiment["runs"].values() if "size" in r}
-        for size in sorted(sizes):
-            if size not in config["models"]:
-                raise ConfigError(
-                    f"{path}: experiment {name!r} needs model size {size!r} but key models has "
-                    f"only {', '.join(config['models'])}; add models.{size}"
-                )
-            if config["models"][size].get("backbone", size) != experiment["backbone"]:
-                raise ConfigError(f"{path}: models.{size} is not a {experiment['backbone']} backbone "
-                                  f"(experiment {name!r})")
-        for run_name, run_fields in experiment["runs"].items():
-            fields = _run_fields(experiment, run_fields)
-            objective = fields.get("objective", experiment["objective"])
-            if objective in BLOCKLESS_OBJECTIVES:
-                continue
-            if objective not in config["pretrain"]:
-                raise ConfigError(
-                    f"{path}: experiment {name!r} (run {run_name!r}) pretrains with {objective!r}; "
-                    f"add pretrain.{objective}"
-                )
-            variant = fields.get("pretrain_variant")
-            if variant and variant not in config.get("pretrain_variants", {}):
-                raise ConfigError(f"{path}: experiment {name!r} (run {run_name!r}) uses pretrain variant "
-                                  f"{variant!r}; add pretrain_variants.{variant}")
-        for family, variant in experiment.get("finetune_variants", {}).items():
-            if family not in experiment["finetune"]:
-                raise ConfigError(f"{where}: finetune_variants names family {family!r}, which the "
-                                  f"experiment does not fine-tune on ({', '.join(experiment['finetune'])})")
-            if variant not in config.get("finetune_variants", {}):
-                raise ConfigError(f"{path}: experiment {name!r} fine-tunes {family} with variant "
-                                  f"{variant!r}; add finetune_variants.{variant}")
-        for family in experiment["finetune"]:
-            if family not in config["finetune"]:
-                raise ConfigError(f"{path}: experiment {name!r} fine-tunes on {family!r}; add finetune.{family}")
-        for run_name, run in experiment["runs"].items():
-            attention = {**experiment.get("defaults", {}), **run}.get("attention", DEFAULT_ATTENTION[experiment["backbone"]])
-            if attention not in known:
-                raise ConfigError(
-                    f"{where}: run {run_name!r} has attention {attention!r}, which is not a registered "
-                    f"variant; allowed: {', '.join(sorted(known))}"
-                )
-            target = run.get("evaluate_from")
-            if target and target not in experiment["runs"] and target not in {
-                    f"{e}-{r}" for e, x in config["_matrix"].items() for r in x["runs"]}:
-                raise ConfigError(f"{where}: run {run_name!r} evaluates {target!r}, which is no run of this "
-                                  f"experiment or profile")
-    _check_pretrain_data(config, path)
-    _check_variants(config, path)
-    for run in runs(config):
-        m = run.model
-        try:
-            from leanlm.modeling.config import ModelConfig
-
-            model_config = ModelConfig.from_dict({**m, "vocab_size": 1000}, where=f"run {run.run_id}")
-            if run.objective != "hub":  # a hub checkpoint brings its own input format
-                from leanlm.training.hash_tokenizers import check_run_tokenizer
-
-                check_run_tokenizer(run, model_config)  # hash embeddings <-> hash tokenizers
-        except ConfigError as err:
-            raise ConfigError(f"{path}: {err}") from None
-        _check_schedules(config, path, run, model_config)
-        if run.objective != "hub":  # a hub checkpoint brings its own positions
-            _check_finetune_lengths(config, path, run, model_config)
-        if m["n_heads"] * m["head_dim"] != m["d_model"]:
-            raise ConfigError(
-                f"{path}: run {run.run_id} has n_heads x head_dim = {m['n_heads']} x {m['head_dim']} != "
-                f"d_model = {m['d_model']} (the thesis sets d_m = n d_h, Table 3.4)"
-            )
-    _check_evaluated_runs(config, path)
-    for family, settings in config["finetune"].items():
-        from leanlm.data.tasks import get_task
-
-        for task in settings["tasks"]:
-            try:
-                spec = get_task(task)
-            except ConfigError as exc:
-                raise ConfigError(f"{path}: key finetune.{family}.tasks: {exc}") from None
-            if spec.family != family:
-                raise ConfigError(f"{path}: task {task!r} belongs to family {spec.family!r}, not {family!r}")
-        if isinstance(settings.get("eval_every"), dict):
-            unknown = sorted(set(settings["eval_every"]) - set(settings["tasks"]))
-            if unknown:
-                raise ConfigError(f"{path}: key finetune.{family}.eval_every names tasks not in the family: {unknown}")
-
-
-def _check_evaluated_runs(config: dict, path: Path) -> None:
-    """Ch. 4's evaluation-only runs: an ``evaluate_from`` run describes the model it evaluates (its
-    results are labelled by its own model fields, so they must be the target's), and
-    ``skip_simple_layers`` needs a model with both simple and standard layers (a hybrid)."""
-    from leanlm.modeling.layouts import SIMPLE, layer_kinds
-
-    by_id = {run.run_id: run for run in runs(config)}
-    for run in by_id.values():
-        if run.evaluate_from:
-            target = by_id.get(run.evaluate_from)
-            if target is None or target.evaluate_from:
-                raise ConfigError(f"{path}: run {run.run_id} evaluates {run.evaluate_from!r}, which is no trained run "
-                                  f"of this profile")
-            differ = sorted(k for k in set(run.model) | set(target.model) if run.model.get(k) != target.model.get(k))
-            if differ:
-                raise ConfigError(f"{path}: run {run.run_id} evaluates {target.run_id}'s model but describes another: "
-                                  + ", ".join(f"{k} = {run.model.get(k)!r} vs {target.model.get(k)!r}" for k in differ)
-                                  + "; give it the same size, attention and layout")
-            data = _pretrain_data_identity(run)
-            if data != _pretrain_data_identity(target):
-                raise ConfigError(f"{path}: run {run.run_id} evaluates {target.run_id}'s model but names other "
-                                  f"pretraining data (corpus, tokenizer, fixed_text; '' = the profile's, for "
-                                  f"fixed_text the pretraining corpus): {data} vs {_pretrain_data_identity(target)}; "
-                                  f"give it the same pretrain_data")
-        if run.skip_simple_layers:
-            kinds = layer_kinds(run.model.get("layout", "uniform"), run.model["n_layers"]) \
-                if run.backbone == "qwen" else []
-            if not 0 < kinds.count(SIMPLE) < len(kinds):
-                raise ConfigError(f"{path}: run {run.run_id} has skip_simple_layers but its model (backbone "
-                                  f"{run.backbone}, layout {run.model.get('layout', 'uniform')!r}) is no hybrid of "
-                                  f"simple and standard layers (ch. 4's Qwen decoder with e.g. layout: even)")
-
-
-def _pretrain_data_identity(run: Run) -> tuple[str, str, str]:
-    """The named data a run's model is made of: two runs with one model must agree on all of it."""
-    return (run.pretrain_corpus, run.pretrain_tokenizer, run.fixed_text_corpus)
-
-
-
-def _experiment_file(name: str) -> str:
-    """The params/experiments/*.yaml file defining experiment ``name`` (for error messages)."""
-    for candidate in sorted((paths.params_dir() / "experiments").glob("*.yaml")):
-        doc = _read_yaml(candidate) or {}
-        if name in doc:
-            return str(candidate.relative_to(paths.project_root()))
-    return "params/experiments"
-
-
-def _check_pretrain_data(config: dict, path: Path) -> None:
-    """An experiment's ``pretrain_data`` names data the profile defines (when the profile defines any of
-    that kind), and is used where its data can be honoured: see PRETRAIN_DATA_OBJECTIVES and
-    NAMED_TOKENIZER_FAMILIES."""
-    for name, experiment in config["_matrix"].items():
-        for run_name, run_fields in experiment["runs"].items():
-            fields = _run_fields(experiment, run_fields)
-            named = _pretrain_data_fields(experiment, fields)
-            if not named:
-                continue
-
-            def where(name=name, run_name=run_name) -> str:  # only on error: it reads params/experiments/
-                return f"{_experiment_file(name)} (experiment {name!r}, run {run_name!r})"
-
-            for kind, value in named.items():
-                profile_key = PRETRAIN_DATA_KEYS.get(kind)
-                if profile_key is None:
-                    raise ConfigError(f"{where()}: key pretrain_data.{kind} is not allowed; allowed keys: "
-                                      f"{', '.join(PRETRAIN_DATA_KEYS)}")
-                defined = config["data"].get(profile_key)
-                if defined is not None and value not in defined:
-                    raise ConfigError(f"{where()}: key pretrain_data.{kind} = {value!r} is not defined by {path} "
-                                      f"(key data.{profile_key}); allowed: {', '.join(map(repr, defined)) or 'none'}")
-            objective = fields.get("objective", experiment["objective"])
-            if objective not in PRETRAIN_DATA_OBJECTIVES:
-                raise ConfigError(f"{where()}: pretrain_data needs an objective that pretrains on the packed corpus "
-                                  f"({', '.join(PRETRAIN_DATA_OBJECTIVES)}), not {objective!r}")
-            tokenizer = fields.get("tokenizer", experiment.get("tokenizer", "profile"))
-            allowed = NAMED_TOKENIZER_RUN_TOKENIZERS.get(objective, ()) if "tokenizer" in named else ("profile",)
-            if tokenizer not in allowed:
-                raise ConfigError(f"{where()}: pretrain_data{'.tokenizer' if 'tokenizer' in named else ''} with "
-                                  f"objective {objective!r} needs tokenizer: {' or '.join(allowed or ('profile',))} "
-                                  f"(the run's inputs come from the named data), not {tokenizer!r}")
-            if "tokenizer" in named:
-                families = NAMED_TOKENIZER_FAMILIES_BY_OBJECTIVE.get(objective)
-                if families is None:
-                    raise ConfigError(f"{where()}: pretrain_data.tokenizer needs objective "
-                                      f"{' or '.join(NAMED_TOKENIZER_OBJECTIVES)}, not {objective!r}")
-                other = [f for f in experiment["finetune"] if f not in families]
-                if other:
-                    raise ConfigError(f"{where()}: pretrain_data.tokenizer is read back from the model directory, for "
-                                      f"objective {objective!r}, by the {' and '.join(families)} famil"
-                                      f"{'ies' if len(families) > 1 else 'y'} only; families {', '.join(other)} would "
-                                      f"encode with the profile's tokenizer")
-
-
-
-def _check_variants(config: dict, path: Path) -> None:
-    """Validate every block a run trains with after its variant is laid over it, against the same
-    schema definition as the profile's own blocks (so a variant cannot set what a block cannot)."""
-    defs = _schema("params.schema.json")["$defs"]
-    for name in config.get("finetune_variants", {}):
-        variant = config["finetune_variants"][name]
-        if "tasks" in variant:
-            raise ConfigError(f"{path}: key finetune_variants.{name}.tasks is not allowed: a variant keeps "
-                              f"its family's tasks (the data stage prepares those)")
-        seeds = variant.get("seeds", [0])
-        if not (isinstance(seeds, list) and seeds and all(isinstance(x, int) and x >= 0 for x in seeds)):
-            raise ConfigError(f"{path}: key finetune_variants.{name}.seeds = {seeds!r} must be a non-empty "
-                              f"list of non-negative integers")
-    for run in runs(config):
-        blocks = []
-        if run.pretrain_variant:
-            blocks.append((pretrain_settings(config, run), "pretrain", f"pretrain_variants.{run.pretrain_variant}"))
-        for family, variant in run.finetune_variants.items():
-            merged = {k: v for k, v in finetune_settings(config, run, family).items() if k != "seeds"}
-            blocks.append((merged, "finetune", f"finetune_variants.{variant}"))
-        for block, kind, where in blocks:
-            errors = list(jsonschema.Draft202012Validator({"$defs": defs, "$ref": f"#/$defs/{kind}"}).iter_errors(block))
-            if errors:
-                raise ConfigError(f"{path}: {where} (run {run.run_id}): {_describe(jsonschema.exceptions.best_match(errors))}")
-
 
 
 def public(config: dict) -> dict:

@@ -38,6 +38,9 @@ rule data:
 # depends on the corpora it reads only: SlimPajama for ch. 4, and FineWeb for FixedSeqQK's fixed text.
 if NAMED_DATA["corpora"]:
 
+    localrules:  # hub downloads: where Snakemake runs (compute nodes may have no network)
+        data_corpora,
+
     rule data_corpora:
         output:
             [directory(f"data/{PROFILE}/corpora/{name}") for name in NAMED_DATA["corpora"]],
@@ -53,6 +56,9 @@ if NAMED_DATA["corpora"]:
 
 
 if NAMED_DATA["tokenizers"]:
+
+    localrules:
+        data_tokenizers,
 
     rule data_tokenizers:
         output:

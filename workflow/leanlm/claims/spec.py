@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from leanlm import paths
-from leanlm.config import _read_yaml, _schema, _validate, load_matrix
+from leanlm.config import load_matrix
+from leanlm.schemas import read_params_yaml as _read_yaml
+from leanlm.schemas import schema as _schema
+from leanlm.schemas import validate as _validate
 from leanlm.errors import ConfigError
 
 EFFECTS = ("difference", "ratio", "factor")
