@@ -63,6 +63,7 @@ def _tiny(root: Path, steps: int = 4, checkpoint_every=None, tasks=("mrpc", "sts
         doc["seeds"] = [0]
         doc["models"]["bert"].update(n_layers=1, d_model=16, n_heads=2, head_dim=8, d_ff=32, max_position=32)
         doc["pretrain"]["mlm"].update(steps=4, batch_size=4, seq_len=16, warmup_steps=1, checkpoint_every=None)
+        doc["pretrain"]["shuffle_random"].update(seq_len=16)  # the matrix's other ch. 2 runs validate too
         doc["pretrain_variants"]["mlm_ch2"] = {"steps": steps, "warmup_steps": 1, "checkpoint_every": checkpoint_every}
         doc["finetune"]["glue"].update(tasks=list(tasks), batch_size=8, max_seq_len=24)
         doc["finetune_variants"]["glue_ch2"] = {"epochs": epochs, "seeds": list(seeds)}
