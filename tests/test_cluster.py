@@ -34,3 +34,14 @@ def test_profiles_size_their_jobs():
 def test_unknown_kind_is_named():
     with pytest.raises(ConfigError, match="'render'"):
         cluster.job_settings({}, "render")
+
+
+def test_pretraining_launches_torchrun_only_for_several_gpus_and_data_parallel_objectives():
+    several = {"resources": {"pretrain": {"gpus": 4}}}
+    assert cluster.pretrain_launcher(several, "mlm") == "torchrun --standalone --nproc-per-node 4 -m leanlm.cli --"
+    assert cluster.pretrain_launcher(several, "causal_lm").startswith("torchrun ")
+    assert cluster.pretrain_launcher(several, "translation") == "leanlm"  # trains in one process
+    assert cluster.pretrain_launcher({"resources": {"pretrain": {"gpus": 1}}}, "mlm") == "leanlm"
+    assert cluster.pretrain_launcher({}, "mlm") == "leanlm"
+    with pytest.raises(ConfigError, match="resources.pretrain.gpus = '4; rm'"):
+        cluster.pretrain_launcher({"resources": {"pretrain": {"gpus": "4; rm"}}}, "mlm")

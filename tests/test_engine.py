@@ -299,7 +299,8 @@ DDP_STEPS = 6
 
 
 def _ddp_config() -> TrainConfig:
-    return config(total_steps=DDP_STEPS, warmup_steps=1, checkpoint_every=3, log_every=2)
+    # grad_accum counts the micro-batches of a step over all ranks: one each on 2 ranks
+    return config(total_steps=DDP_STEPS, warmup_steps=1, checkpoint_every=3, log_every=2, grad_accum=2)
 
 
 def _ddp_worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
@@ -351,7 +352,7 @@ def test_two_process_ddp_matches_single_process_accumulation(tmp_path):
     rank0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
     rank1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
     assert_same_weights(rank0["weights"], rank1["weights"])
-    # rank r took micro-batch r: the same global batch as one process accumulating 2 micro-batches
+    # rank r took micro-batch r: the same global batch as one process of the same config (grad_accum=2)
     single = with_unused_pooler(fresh_model())
     reference = Trainer(single, config(total_steps=DDP_STEPS, warmup_steps=1, log_every=2, grad_accum=2),
                         make_batch, None).fit()
@@ -367,3 +368,11 @@ def test_two_process_ddp_matches_single_process_accumulation(tmp_path):
         assert rank["resumed"]["resumed_from"] == 3
         assert_same_weights(rank["resumed_weights"], rank0["weights"])
         assert rank["resumed"]["history"] == rank0["summary"]["history"]
+
+
+def test_world_size_must_divide_grad_accum():
+    from leanlm.training.engine import local_grad_accum
+
+    assert local_grad_accum(4, 1) == 4 and local_grad_accum(4, 2) == 2 and local_grad_accum(4, 4) == 1
+    with pytest.raises(ConfigError, match=r"pretrain.mlm.grad_accum: grad_accum = 3 .* 2 processes.* 1 / 3"):
+        local_grad_accum(3, 2, "pretrain.mlm.grad_accum")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from leanlm.errors import LeanLMError
@@ -235,16 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
+    if argv is None and "WORLD_SIZE" not in os.environ:
         # A local Snakemake run keeps a warm leanlm (leanlm.forkserver): hand the job to it if there is one.
+        # Not under torchrun (WORLD_SIZE set): each process must be the rank torchrun started.
         from leanlm.forkserver import delegate
 
         code = delegate(sys.argv[1:])
         if code is not None:
             return code
     args = build_parser().parse_args(argv)
+    # Under torchrun only rank 0 logs progress; the other ranks say only what goes wrong.
+    quiet = os.environ.get("RANK", "0") != "0"
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.WARNING if quiet else logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 
 from leanlm.errors import ConfigError
 
@@ -75,3 +76,21 @@ def job_resources(config: dict, kind: str, environ=os.environ) -> dict:
     s = job_settings(config, kind)
     fixed = {"runtime": s["runtime"]} if "runtime" in s else {}
     return {"gpu": s["gpus"], "mem_mb": s["mem_mb"], **fixed, **placement(s["gpus"], environ)}
+
+
+def pretrain_launcher(config: dict, objective: str) -> str:
+    """The command a pretraining job starts ``leanlm`` with: plain ``leanlm``, or, when the profile's
+    ``resources.pretrain.gpus`` asks for more than one GPU and the run's ``objective`` can share its batch
+    over processes, ``torchrun`` with one process per GPU on this node (``--standalone`` picks a free port,
+    so two such jobs on one node do not collide). The global batch is the profile's either way."""
+    count = gpus(config, "pretrain")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ConfigError(f"{config.get('_params_file', 'the profile')}: resources.pretrain.gpus = {count!r} "
+                          "must be a whole number >= 0")
+    if count <= 1:
+        return "leanlm"
+    from leanlm.plugins import OBJECTIVES  # imports torch: only for profiles that ask for several GPUs
+
+    if not OBJECTIVES.get(objective).data_parallel:  # e.g. translation, hub: one process, one GPU used
+        return "leanlm"
+    return f"torchrun --standalone --nproc-per-node {shlex.quote(str(count))} -m leanlm.cli --"

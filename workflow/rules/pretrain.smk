@@ -21,6 +21,8 @@ rule pretrain:
         data=run_data_params,
         # the code this job runs: the pretraining stage and the run's objective, with all they import
         code=lambda w: pretrain_code(RUNS[w.run_id]),
+        # leanlm, or torchrun with one process per GPU where resources.pretrain.gpus > 1 (leanlm.cluster)
+        launch=lambda w: cluster.pretrain_launcher(CFG, RUNS[w.run_id].objective),
     # GPUs, threads, memory per the profile's resources.pretrain; the time limit follows the run's steps
     # (leanlm.cluster). A run longer than one job's limit goes on from its checkpoint in the next one.
     threads: cluster.threads(CFG, "pretrain")
@@ -32,4 +34,4 @@ rule pretrain:
     benchmark:
         "benchmarks/{profile}/pretrain/{run_id}.tsv",
     shell:
-        "OMP_NUM_THREADS={threads} leanlm pretrain {P} --run {wildcards.run_id:q} > {log:q} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.launch} pretrain {P} --run {wildcards.run_id:q} > {log:q} 2>&1"

@@ -8,8 +8,9 @@ The helpers below collapse to plain values when there is no group, so the engine
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -87,3 +88,19 @@ def gather_objects(obj: Any) -> list:
 def barrier() -> None:
     if is_distributed():
         dist.barrier()
+
+
+def rank() -> int:
+    """This process's rank (0 in one process)."""
+    return dist.get_rank() if is_distributed() else 0
+
+
+@contextlib.contextmanager
+def rank_zero_first() -> Iterator[None]:
+    """Rank 0 runs the block first, the other ranks after it: for work that fills a shared cache (the
+    tokenised corpus), which rank 0 builds once and the others then only read."""
+    if rank() != 0:
+        barrier()
+    yield
+    if rank() == 0:
+        barrier()

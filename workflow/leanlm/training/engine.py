@@ -13,11 +13,14 @@ steps, ``loss`` is the mean over the steps since the previous record); every ``e
 the end ``evaluate(model)`` runs, with early stopping on ``primary_metric``; every ``checkpoint_every``
 steps and at the end an atomic checkpoint is written to ``run_dir/checkpoint/``.
 
-Data parallelism (torchrun): with ``world_size`` W > 1 the model is wrapped in DistributedDataParallel
-and rank r computes micro-batches ``batch_at(step, micro * W + r)`` for ``micro`` in ``0..grad_accum-1``,
-so one optimizer step consumes micro-batch indices ``0 .. grad_accum * W - 1``, exactly what one process
-with ``grad_accum * W`` would consume: the global batch does not depend on how it is spread over GPUs.
-DDP averages gradients over ranks; only rank 0 evaluates, writes checkpoints and shows progress.
+Data parallelism (torchrun): ``grad_accum`` is the number of micro-batches in one optimizer step over
+all ranks (the profile's batch is the global batch, DESIGN §8). With ``world_size`` W > 1 the model is
+wrapped in DistributedDataParallel and rank r computes micro-batches ``batch_at(step, micro * W + r)``
+for ``micro`` in ``0 .. grad_accum / W - 1`` (W must divide ``grad_accum``), so one step consumes
+micro-batch indices ``0 .. grad_accum - 1`` on any number of ranks. Each rank divides its losses by its
+own ``grad_accum / W`` and DDP averages over the W ranks: the gradient is the mean over all
+``grad_accum`` micro-batches, as in one process. Only rank 0 evaluates, writes checkpoints and shows
+progress.
 All ranks read the checkpoint, so ``run_dir`` must be on a file system they share.
 """
 
@@ -113,6 +116,7 @@ class Trainer:
         self.primary_metric, self.higher_is_better = primary_metric, higher_is_better
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.rank, self.world_size, _, self.device = init_distributed()
+        self.local_accum = local_grad_accum(config.grad_accum, self.world_size, config.desc)
         self.model = model.to(self.device)
         self.autocast_dtype = _autocast_dtype(config.precision, self.device)
         self.optimizer = torch.optim.AdamW(
@@ -180,21 +184,22 @@ class Trainer:
             group["lr"] = lr
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         tokens = 0
-        for micro in range(cfg.grad_accum):
+        for micro in range(self.local_accum):
             batch = self.batch_at(step, micro * self.world_size + self.rank)
             tokens += count_tokens(batch)
             batch = self._to_device(batch)
             # Gradients are all-reduced on the last micro-batch only (DDP's no_sync for the others).
-            last = micro == cfg.grad_accum - 1
+            last = micro == self.local_accum - 1
             sync = contextlib.nullcontext() if last or self.world_size == 1 else self.train_model.no_sync()
             with sync:
                 with self._autocast():
                     output = self.train_model(**batch)
                 loss = _loss_of(output)
-                (loss / cfg.grad_accum).backward()
+                # DDP averages over ranks, so the gradient is the mean over all grad_accum micro-batches.
+                (loss / self.local_accum).backward()
             loss_sum += loss.detach().float()
         stats = torch.stack([
-            loss_sum.double() / cfg.grad_accum,
+            loss_sum.double() / self.local_accum,
             torch.tensor(float(tokens), dtype=torch.float64, device=self.device),
         ])
         loss_value, step_tokens = all_reduce_sum(stats).tolist()
@@ -358,6 +363,24 @@ class Trainer:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+
+def local_grad_accum(grad_accum: int, world_size: int, desc: str = "train") -> int:
+    """Micro-batches each of ``world_size`` ranks runs per optimizer step: ``grad_accum / world_size``.
+
+    ``grad_accum`` counts the micro-batches of one step over all ranks, so the world size never changes
+    the optimisation; a world size that does not divide it is refused rather than rounded.
+    """
+    if grad_accum % world_size:
+        divisors = [w for w in range(1, grad_accum + 1) if grad_accum % w == 0]
+        raise ConfigError(
+            f"{desc}: grad_accum = {grad_accum} micro-batches per step cannot be shared by {world_size} "
+            f"processes (WORLD_SIZE, torchrun's --nproc-per-node, resources.pretrain.gpus): it must be a "
+            f"multiple of the process count. Keep the global batch batch_size x grad_accum and choose "
+            f"grad_accum as a multiple of {world_size} (e.g. halve batch_size and double grad_accum), or run "
+            f"on {' / '.join(map(str, divisors))} processes"
+        )
+    return grad_accum // world_size
 
 
 def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:

@@ -26,8 +26,10 @@ SlimPajama's ~16B tokens ever sit in memory; ch. 2's hash codebooks stream their
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import math
+import os
 import time
 
 import torch
@@ -36,7 +38,7 @@ from leanlm import paths
 from leanlm.config import public
 from leanlm.data.pretrain_data import embedding_rows, run_data
 from leanlm.data.tokenizer import eos_token_id, special_token_id
-from leanlm.errors import ConfigError, DataError
+from leanlm.errors import ConfigError, DataError, LeanLMError, TrainingError
 from leanlm.io import atomic_path, check_writable, json_text
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
@@ -47,7 +49,9 @@ from leanlm.plugins import OBJECTIVES
 from leanlm.provenance import hardware
 from leanlm.runs import get_run, pretrain_settings
 from leanlm.training.checkpointing import run_lock
-from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.distributed import (barrier, broadcast_object, cleanup_distributed, init_distributed,
+                                         rank_zero_first)
+from leanlm.training.engine import TrainConfig, Trainer, local_grad_accum
 from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
 from leanlm.training.fixed_sequence import attach_fixed_sequence
 from leanlm.training.codebook_streams import codebook_corpus
@@ -76,6 +80,7 @@ class PretrainObjective(abc.ABC):
 
     head: str = ""
     metric: str = "loss"
+    data_parallel: bool = False  # whether run() can be one of several torchrun processes
 
     @abc.abstractmethod
     def run(self, config: dict, run) -> dict:
@@ -85,6 +90,8 @@ class PretrainObjective(abc.ABC):
 class PackedTextObjective(PretrainObjective):
     """An objective over the packed pretraining corpus (MLM, causal LM, Shuffle+Random): the packing and
     the training loop are shared (:func:`pretrain_packed`); the objective supplies its batches."""
+
+    data_parallel = True  # pretrain_packed shares the global batch over torchrun's processes
 
     @abc.abstractmethod
     def batches(self, settings: dict, tokenizer, sequences, seed: int) -> PackedBatches:
@@ -239,17 +246,49 @@ def pretrain(config: dict, run_id: str) -> dict:
     """Pretrain (or, for translation, train) the run ``run_id`` with its experiment's objective.
 
     Both output folders are checked writable before any work, and the run is locked against a second
-    job training it at the same time (checkpointing.run_lock)."""
+    job training it at the same time (checkpointing.run_lock). Under torchrun (WORLD_SIZE > 1) every
+    process calls this; rank 0 alone holds the lock and writes the outputs (see :func:`pretrain_packed`).
+    """
     run = get_run(config, run_id)
     try:
         objective = OBJECTIVES.get(run.objective)
     except ConfigError as err:
         raise ConfigError(f"{config['_params_file']}: run {run_id}: {err}") from None
+    rank, world_size, _, _ = init_distributed()
+    try:
+        if world_size > 1 and not objective.data_parallel:
+            raise ConfigError(
+                f"{config['_params_file']}: run {run_id}: objective {run.objective!r} trains in one process "
+                f"only, but {world_size} were started (WORLD_SIZE); run it without torchrun"
+            )
+        with _locked_once(config, run_id, rank):
+            return objective().run(config, run)
+    finally:
+        cleanup_distributed()
+
+
+@contextlib.contextmanager
+def _locked_once(config: dict, run_id: str, rank: int):
+    """Check the output folders writable and take the run lock, on rank 0 alone (one lock per run,
+    however many processes train it; the others never touch the outputs); the other ranks learn from
+    rank 0 whether that went well and fail with its message if not."""
+    if rank != 0:
+        refused = broadcast_object(None)
+        if refused is not None:
+            raise TrainingError(f"rank {rank}: {refused}")
+        yield
+        return
     model_dir = paths.models_dir(config["profile"]) / run_id
-    check_writable(record_path(config["profile"], run_id).parent, "the run's pretrain.json into")
-    check_writable(model_dir, "the run's model into")
-    with run_lock(model_dir, run_id):
-        return objective().run(config, run)
+    with contextlib.ExitStack() as stack:
+        try:
+            check_writable(record_path(config["profile"], run_id).parent, "the run's pretrain.json into")
+            check_writable(model_dir, "the run's model into")
+            stack.enter_context(run_lock(model_dir, run_id))
+        except LeanLMError as exc:
+            broadcast_object(str(exc))
+            raise
+        broadcast_object(None)
+        yield
 
 
 def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
@@ -262,8 +301,21 @@ def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
             f"{config['_params_file']}: pretrain.{run.objective}.seq_len = {settings['seq_len']} exceeds "
             f"models.{run.backbone}.max_position = {run.model['max_position']}"
         )
+    # Each of torchrun's processes runs grad_accum / WORLD_SIZE micro-batches: refuse a split that is not
+    # whole before any data is read.
+    local_grad_accum(settings["grad_accum"], int(os.environ.get("WORLD_SIZE", "1")),
+                     f"{config['_params_file']}: pretrain.{run.objective}.grad_accum (run {run_id})")
     seed_everything(PRETRAIN_SEED)
     started = time.time()
+    with rank_zero_first():  # rank 0 builds the cached token streams, the others then read them
+        data, tokenizer, train_seqs, valid_seqs = _prepare(config, run, objective, settings)
+    log.info("%s: %d training sequences of %d tokens", run_id, len(train_seqs), settings["seq_len"])
+    return _train_and_write(config, run, objective, settings, started, data, tokenizer, train_seqs, valid_seqs)
+
+
+def _prepare(config: dict, run, objective: PackedTextObjective, settings: dict):
+    """The run's data, tokenizer and packed train/validation rows."""
+    run_id = run.run_id
     data = run_data(config, run)
     corpus = data.corpus_dir
     if uses_codebook(run):
@@ -280,7 +332,13 @@ def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
                               f"has none")
         train_seqs = _pack(tokenizer, corpus / "train.jsonl", settings["seq_len"], "tokenize train")
         valid_seqs = _pack(tokenizer, corpus / "validation.jsonl", settings["seq_len"], "tokenize validation")
-    log.info("%s: %d training sequences of %d tokens", run_id, len(train_seqs), settings["seq_len"])
+    return data, tokenizer, train_seqs, valid_seqs
+
+
+def _train_and_write(config: dict, run, objective: PackedTextObjective, settings: dict, started: float,
+                     data, tokenizer, train_seqs, valid_seqs) -> dict:
+    """Train the run's model and, on rank 0 only, score the validation split and write model + record."""
+    run_id, profile = run.run_id, config["profile"]
 
     # Named tokenizers may pad the embedding (Pythia: 50,277 tokens -> 50,304 rows, Table 4.10).
     vocab_size = embedding_rows(tokenizer.get_vocab_size(), data.vocab_multiple)
@@ -299,6 +357,10 @@ def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
     trainer = Trainer(model, train_config, clock, run_dir=out_dir)
     summary = trainer.fit()
     clock.finish()
+    if trainer.rank != 0:  # rank 0 alone scores, writes and logs; the others wait for it to finish
+        barrier()
+        trainer.remove_checkpoint()
+        return broadcast_object(None)
     device = next(model.parameters()).device
     val_loss = validation_loss(model, batches, valid_seqs, device)
 
@@ -324,8 +386,12 @@ def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
         "parameters": parameter_counts(model),
         "timing": {"seconds": time.time() - started, **clock.timing()},
         "hardware": hardware(),
+        # torchrun's processes (1 without); the timings above are rank 0's, the batch is the global one
+        "world_size": trainer.world_size,
     }
     write_model_and_record(record_path(profile, run_id), record, write_model)
+    barrier()
     trainer.remove_checkpoint()
+    broadcast_object(record)
     log.info("%s: final loss %.4f, validation %s loss %.4f", run_id, summary["final_loss"], objective.metric, val_loss)
     return record

@@ -15,7 +15,6 @@ clocks wrap what already runs, so timing needs no change to the engine:
 
 from __future__ import annotations
 
-import os
 import time
 
 
@@ -24,7 +23,7 @@ class StepClock:
 
     def __init__(self, batch_at, samples_per_step: int):
         self.batch_at = batch_at
-        self.samples_per_step = int(samples_per_step) * int(os.environ.get("WORLD_SIZE", "1"))
+        self.samples_per_step = int(samples_per_step)  # the global batch: all ranks together
         self.starts: dict[int, float] = {}
         self.end: float | None = None
 

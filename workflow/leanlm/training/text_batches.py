@@ -8,7 +8,6 @@ what makes resume-after-kill exact.
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +43,10 @@ def example_indices(n: int, seed: int, start: int, count: int) -> torch.Tensor:
 
 
 def micro_batches_per_step(grad_accum: int) -> int:
-    """Micro-batches consumed per optimizer step across all ranks (the engine gives rank r the
-    micro indices r, r + world_size, ...), so consecutive steps never reuse examples under DDP."""
-    return grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
+    """Micro-batches consumed per optimizer step across all ranks: ``grad_accum``, whatever the world
+    size (the engine gives rank r the micro indices r, r + world_size, ... below grad_accum), so the
+    batches of a step never depend on how many processes share it."""
+    return grad_accum
 
 
 def read_documents(path: Path) -> list[str]:
