@@ -190,11 +190,11 @@ rule claims:
         claims_outputs(),
     params:
         tasks={f: s["tasks"] for f, s in CFG["finetune"].items()},
-        code=code_version("claims", "reporting/derived", "reporting/latex"),
+        code=code_of("leanlm.claims.report"),  # the claims stage and all it imports
     log:
-        f"results/{PROFILE}/logs/claims.log",
+        f"logs/{PROFILE}/claims.log",
     shell:
-        "leanlm claims {P} > {log} 2>&1"
+        "leanlm claims {P} > {log:q} 2>&1"
 
 
 rule pdf:
