@@ -395,6 +395,7 @@ def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_pat
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "shared")
     assert not subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+    assert planned_jobs(built) == {}  # `dvc add` left the building machine's outputs as Snakemake knows them
 
     clone = tmp_path_factory.mktemp("clone") / "project"
     _git(root.parent, "clone", "-q", str(root), str(clone))
