@@ -387,6 +387,9 @@ def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_pat
     remote = tmp_path_factory.mktemp("dvc_remote")
     shutil.copy(ROOT / ".gitignore", root / ".gitignore")
     shutil.copy(ROOT / ".dvc" / ".gitignore", root / ".dvc" / ".gitignore")
+    smoke_stages = [f"{stage}@smoke" for stage in ("fetch", "corpus", "tokenizer", "tasks")]
+    assert any((root / "data" / "smoke").rglob(".snakemake_timestamp"))  # Snakemake's marker, DVC-ignored:
+    assert "up to date" in _run(root, env, "dvc", "status", *smoke_stages)  # the data stages are unchanged
     _run(root, env, "dvc", "remote", "add", "-d", "shared", str(remote))
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "built")
@@ -406,6 +409,8 @@ def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_pat
     assert (clone / "results" / "smoke" / "runs" / "ch3_encoder-mha" / "pretrain.json").is_file()
     assert not subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True).stdout
     in_clone = (clone, clone_env)
+    assert "up to date" in _run(clone, clone_env, "dvc", "status", *smoke_stages)
+    _run(clone, clone_env, "dvc", "pull", "--allow-missing")  # the README's data-only pull (paper stages unlocked)
     assert planned_jobs(in_clone) == {}
 
     matrix = clone / "params" / "experiments" / "ch3.yaml"
