@@ -10,13 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 from lm_eval.tasks import TaskManager
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch import nn
 
 from leanlm.data.lm_eval_tasks import THESIS_TASKS, build_lm_eval_tasks, random_guess_and_majority
 from leanlm.errors import ConfigError, DataError
-from leanlm.evaluation.lm_eval_adapter import run_lm_eval
+from leanlm.evaluation.lm_eval_adapter import _task_specs, run_lm_eval
 
 NAMES = ["Alderby", "Brookfield", "Carrowmore", "Dunmore", "Elsworth", "Fenwick", "Glenholm", "Harwood"]
 KINDS = ["a market town", "a small river", "a coastal village", "an old castle", "a railway junction",
@@ -75,13 +76,32 @@ def test_every_thesis_task_has_a_stand_in():
     assert all(name.startswith("leanlm_") for name in THESIS_TASKS)
 
 
-def test_builder_writes_tasks_that_lm_eval_loads(built):
+def test_generated_files_name_no_absolute_path(built):
+    # The task folder is DVC-tracked: an absolute (temporary) path in it would change its hash per machine.
+    out, paths = built
+    for path in out.iterdir():
+        text = path.read_text(encoding="utf-8")
+        assert str(out) not in text and str(out.resolve()) not in text, path.name
+    for name, yaml_path in paths.items():
+        files = yaml.safe_load(yaml_path.read_text())["dataset_kwargs"]["data_files"]
+        assert files == {"test": f"{name}.jsonl"}
+
+
+@pytest.mark.parametrize("how", ["lm-eval run from the task folder", "our adapter from elsewhere"])
+def test_builder_writes_tasks_that_lm_eval_loads(built, how, monkeypatch, tmp_path):
     out, paths = built
     assert set(paths) == set(THESIS_TASKS)
     manifest = json.loads((out / "MANIFEST.json").read_text())
     assert manifest["skipped"] == {}
     assert {n: m["thesis_task"] for n, m in manifest["tasks"].items()} == THESIS_TASKS
-    loaded = TaskManager(include_path=str(out), include_defaults=False).load(sorted(paths))["tasks"]
+    if how.startswith("lm-eval"):  # lm-eval's own loading resolves data_files against the working directory
+        monkeypatch.chdir(out)
+        loaded = TaskManager(include_path=str(out), include_defaults=False).load(sorted(paths))["tasks"]
+    else:  # run_lm_eval's specs: resolved against the YAML's folder, whatever the working directory
+        monkeypatch.chdir(tmp_path)
+        specs, needs_defaults = _task_specs(sorted(paths), out)
+        assert not needs_defaults
+        loaded = TaskManager(include_defaults=False).load(specs)["tasks"]
     assert set(loaded) == set(paths)
     for name, task in loaded.items():
         docs = list(task.test_docs())

@@ -366,3 +366,58 @@ def planned_jobs_for(project, params: str) -> dict[str, int]:
     out = snakemake(project, "-n", "--configfile", params)
     table = out.split("Job stats:", 1)[1]
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=leanlm-test", "-c", "user.email=test@leanlm.invalid", *args],
+                   cwd=cwd, check=True, capture_output=True, text=True)
+
+
+def _run(cwd, env, *cmd):
+    proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("dvc") is None, reason="needs DVC (the dvc extra)")
+def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_path_factory):
+    """`leanlm share push` to a real DVC remote (a local directory), a fresh `git clone`, `leanlm share pull`:
+    the clone's dry run lists nothing; one model's setting changed lists exactly its dependants."""
+    root, env = built
+    remote = tmp_path_factory.mktemp("dvc_remote")
+    shutil.copy(ROOT / ".gitignore", root / ".gitignore")
+    shutil.copy(ROOT / ".dvc" / ".gitignore", root / ".dvc" / ".gitignore")
+    smoke_stages = [f"{stage}@smoke" for stage in ("fetch", "corpus", "tokenizer", "tasks")]
+    assert any((root / "data" / "smoke").rglob(".snakemake_timestamp"))  # Snakemake's marker, DVC-ignored:
+    assert "up to date" in _run(root, env, "dvc", "status", *smoke_stages)  # the data stages are unchanged
+    _run(root, env, "dvc", "remote", "add", "-d", "shared", str(remote))
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "built")
+    out = _run(root, env, sys.executable, "-m", "leanlm.cli", "share", "push", "--params", "params/smoke.yaml")
+    assert "models/smoke.dvc" in out and "results/smoke.dvc" in out
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "shared")
+    assert not subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+    assert planned_jobs(built) == {}  # `dvc add` left the building machine's outputs as Snakemake knows them
+
+    clone = tmp_path_factory.mktemp("clone") / "project"
+    _git(root.parent, "clone", "-q", str(root), str(clone))
+    clone_env = {**env, "LEANLM_ROOT": str(clone), "PYTHONPATH": str(clone / "workflow")}
+    assert not (clone / "models" / "smoke").exists()
+    _run(clone, clone_env, sys.executable, "-m", "leanlm.cli", "share", "pull", "--params", "params/smoke.yaml")
+    assert (clone / "models" / "smoke" / "ch3_encoder-mha" / "model.safetensors").is_file()
+    assert (clone / "results" / "smoke" / "runs" / "ch3_encoder-mha" / "pretrain.json").is_file()
+    assert not subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True).stdout
+    in_clone = (clone, clone_env)
+    assert "up to date" in _run(clone, clone_env, "dvc", "status", *smoke_stages)
+    _run(clone, clone_env, "dvc", "pull", "--allow-missing")  # the README's data-only pull (paper stages unlocked)
+    assert planned_jobs(in_clone) == {}
+
+    matrix = clone / "params" / "experiments" / "ch3.yaml"
+    doc = yaml.safe_load(matrix.read_text())
+    doc["ch3_encoder"]["runs"]["mhe_mul"]["n_layers"] = 2
+    matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
+    jobs = planned_jobs(in_clone)
+    assert (jobs.pop("pretrain"), jobs.pop("finetune"), jobs.pop("aggregate")) == (1, 3, 1), jobs
+    assert set(jobs) <= {"render_table", "claims", "pdf", "all"} and jobs["render_table"] >= 2, jobs
+    assert planned_wildcards(in_clone, "pretrain") == ["profile=smoke, run_id=ch3_encoder-mhe_mul"]

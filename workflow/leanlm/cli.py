@@ -150,6 +150,18 @@ def cmd_export_hf(args) -> None:
     print(args.out)
 
 
+def cmd_share(args) -> None:
+    from leanlm import share
+    from leanlm.paths import project_root
+
+    root, profile = project_root(), _config(args)["profile"]
+    if args.action == "push":
+        added = share.push(root, profile, args.remote)
+        print("pushed; commit these with dvc.lock: " + " ".join(added))
+    else:
+        print(f"pulled; {share.pull(root, profile, args.remote)} outputs carry their Snakemake records again")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leanlm", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -227,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     _params_arg(p)
     p.add_argument("--out", default=None, help="mirror directory (default: data.hub_mirror or $LEANLM_HUB_MIRROR)")
     p.set_defaults(func=cmd_mirror)
+
+    p = sub.add_parser("share", help="push a profile's data, models and results to a DVC remote (with Snakemake's "
+                                      "records of them), or pull them into a clone")
+    p.add_argument("action", choices=["push", "pull"])
+    _params_arg(p)
+    p.add_argument("--remote", default=None, help="DVC remote name (default: the default remote)")
+    p.set_defaults(func=cmd_share)
 
     p = sub.add_parser("export-hf", help="export a checkpoint in a Hugging Face compatible layout")
     p.add_argument("checkpoint", help="models/<profile>/<run_id>")

@@ -25,9 +25,12 @@ counterpart. Each stand-in declares the ``metric_list`` of lm-eval's own config 
 (:mod:`leanlm.evaluation.lm_eval_configs`; ``acc`` for a family without one). The caller passes held-out documents (the corpus's test split) and held-out labelled
 texts, so no stand-in shares text with pretraining. Multiple-choice rows are ``{"query", "choices",
 "label"}``; the gold position is drawn at random. Files: ``<task>.jsonl`` + ``<task>.yaml`` per task and
-``MANIFEST.json``, all written atomically. The YAMLs record absolute data paths (lm-eval resolves
-relative ones against the working directory); :func:`leanlm.evaluation.lm_eval_adapter.run_lm_eval`
-finds the JSONL beside its YAML when the directory has moved.
+``MANIFEST.json``, all written atomically. The YAMLs name their data file relative to the task folder
+(just ``<task>.jsonl``), never by an absolute path, so a task folder built on one machine hashes the same
+as one built on another and still works after a DVC pull. lm-eval itself resolves ``data_files`` against
+the working directory (``datasets.load_dataset``), so :func:`leanlm.evaluation.lm_eval_adapter.run_lm_eval`
+resolves them against the YAML's folder before handing the config to lm-eval's ``TaskManager``; lm-eval's
+own CLI reads the folder as it is when run from inside it.
 """
 
 from __future__ import annotations
@@ -277,7 +280,7 @@ def _task_config(name: str, data_file: Path, output_type: str) -> dict:
     # A labelled family with no thesis counterpart is a classification-as-choice task: accuracy.
     metrics = metric_list(THESIS_TASKS[name]) if name in THESIS_TASKS else [{"metric": "acc"}]
     config = {"task": name, "dataset_path": "json",
-              "dataset_kwargs": {"data_files": {"test": str(data_file.resolve())}},
+              "dataset_kwargs": {"data_files": {"test": data_file.name}},  # relative to the YAML's folder
               "output_type": output_type, "test_split": "test"}
     if output_type == "multiple_choice":
         config.update(doc_to_text="{{query}}", doc_to_choice="choices", doc_to_target="label", metric_list=metrics)
@@ -355,8 +358,16 @@ def _load_task(task: str | Path) -> tuple[str, list[dict]]:
         data = Path(config["dataset_kwargs"]["data_files"]["test"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
         raise DataError(f"{path} is not a leanlm local lm-eval task ({err}); build it with build_lm_eval_tasks") from None
-    data = data if data.is_file() else path.parent / data.name
-    return config["output_type"], read_jsonl(data)
+    return config["output_type"], read_jsonl(task_data_file(data, path))
+
+
+def task_data_file(recorded: str | Path, yaml_path: Path) -> Path:
+    """A task's data file as its YAML records it: relative to the YAML's folder (what the builder writes),
+    or an absolute path of an older build, found beside the YAML when it is gone (moved or pulled)."""
+    recorded = Path(recorded)
+    if not recorded.is_absolute() or not recorded.is_file():
+        return yaml_path.parent / (recorded if not recorded.is_absolute() else recorded.name)
+    return recorded
 
 
 def _output_type(docs: list[dict]) -> str:

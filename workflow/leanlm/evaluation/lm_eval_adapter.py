@@ -217,16 +217,15 @@ def _task_files(include_path: str | os.PathLike | None) -> dict[str, Path]:
 
 
 def _relocated(config: dict, yaml_path: Path) -> dict:
-    """The config with its data files found beside the YAML when the recorded ones are gone (a task
-    directory moved, or pulled from a DVC remote onto another machine)."""
+    """The config with its data files resolved against the YAML's folder: the builder records them
+    relative to it (lm-eval would resolve them against the working directory), and an older build's
+    absolute paths are found beside the YAML when the folder moved (pulled from a DVC remote elsewhere)."""
+    from leanlm.data.lm_eval_tasks import task_data_file
+
     files = (config.get("dataset_kwargs") or {}).get("data_files")
     if not isinstance(files, dict):
         return config
-    moved = {}
-    for split, name in files.items():
-        recorded = Path(name)
-        beside = yaml_path.parent / recorded.name
-        moved[split] = str(recorded if recorded.is_file() or not beside.is_file() else beside)
+    moved = {split: str(task_data_file(name, yaml_path).absolute()) for split, name in files.items()}
     return {**config, "dataset_kwargs": {**config["dataset_kwargs"], "data_files": moved}}
 
 

@@ -1,0 +1,55 @@
+"""The committed dvc.lock and .dvcignore against DVC itself (its own Repo API, no data needed):
+
+- every stage dvc.lock records was run with the settings the params files hold now, so a fresh clone's
+  `dvc status` / `dvc repro` does not call prepared data stale (a lock left at vocab 4096 after the smoke
+  profile moved to 2048 did); the smoke profile's stages are all recorded (the paper profile's need the
+  hub and are built, and locked, on a machine with network);
+- Snakemake's `.snakemake_timestamp` marker, which it writes into every directory output, is DVC-ignored,
+  so it never makes `dvc status` report a data stage modified.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+dvc_repo = pytest.importorskip("dvc.repo")
+from dvc.dependency.param import ParamsDependency  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCKED_PROFILES = ["smoke"]  # profiles whose data stages the committed lock must record
+
+
+@pytest.fixture(scope="module")
+def stages():
+    with dvc_repo.Repo(str(ROOT)) as repo:
+        yield list(repo.index.stages)
+
+
+def _params(stage):
+    return [dep for dep in stage.deps if isinstance(dep, ParamsDependency)]
+
+
+def test_lock_records_every_stage_of_the_locked_profiles(stages):
+    for profile in LOCKED_PROFILES:
+        named = [s for s in stages if s.addressing.endswith(f"@{profile}")]
+        assert named, profile
+        unlocked = [s.addressing for s in named for dep in _params(s) if not dep.hash_info]
+        assert not unlocked, f"dvc.lock lacks {unlocked}: run `dvc repro` on them and commit dvc.lock"
+
+
+def test_locked_params_match_the_params_files(stages):
+    stale = {s.addressing: dep.workspace_status() for s in stages for dep in _params(s)
+             if dep.hash_info and dep.workspace_status()}
+    assert not stale, f"dvc.lock records other settings than the params files: {stale}; rerun `dvc repro` " \
+                      f"on those stages and commit dvc.lock"
+
+
+def test_snakemake_timestamp_is_dvc_ignored():
+    with dvc_repo.Repo(str(ROOT)) as repo:
+        ignored = repo.dvcignore.is_ignored_file
+        fs = repo.fs
+        for folder in ("data/smoke/tasks", "data/paper/corpora/slimpajama"):
+            assert ignored(fs.join(str(ROOT), folder, ".snakemake_timestamp")), folder
+        assert not ignored(fs.join(str(ROOT), "data/smoke/tasks", "MANIFEST.json"))

@@ -1,0 +1,139 @@
+"""Sharing a profile's trained models and results through a DVC remote (``leanlm share push|pull``).
+
+The data stages are DVC's own (dvc.yaml, dvc.lock); the rest of a profile's outputs (``models/<profile>``,
+``results/<profile>`` with each run's ``pretrain.json``, ``paper_tables/<profile>``) are Snakemake's, and
+travel as three ``dvc add``-ed folders (``models/<profile>.dvc`` ... committed to git).
+
+Pulled files alone would leave Snakemake without its metadata: it would neither rerun a job whose settings
+changed since (its params and code triggers only compare against a recorded job) nor trust the file times,
+which a pull sets in no particular order. So ``push`` first copies Snakemake's own metadata record of every
+output of the profile (the job's params, including leanlm's code fingerprint, the rule's code, its inputs and
+the time the output was finished) into ``results/<profile>/SNAKEMAKE_RECORDS.json``, which travels with the
+outputs; ``pull`` writes those records back into ``.snakemake/metadata`` and sets every pulled output's file
+time to the recorded one. Snakemake then compares the settings of the clone with the recorded ones, exactly
+as on the machine that built them: nothing changed reruns nothing, a changed setting reruns its dependants.
+Records are keyed by output paths relative to the project root, so they hold no machine's absolute path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from base64 import urlsafe_b64decode, urlsafe_b64encode
+from pathlib import Path
+
+from leanlm.data.dvc_profiles import dvc_profiles
+from leanlm.errors import ConfigError, DataError
+from leanlm.io import write_json
+
+SHARED_DIRS = ("models", "results", "paper_tables")  # Snakemake's outputs, one dvc-added folder each per profile
+DATA_STAGES = ("fetch", "corpus", "tokenizer", "tasks")
+NAMED_DATA_STAGES = ("corpora", "tokenizers")  # only for dvc.yaml's named_data_profiles
+RECORDS_NAME = "SNAKEMAKE_RECORDS.json"
+METADATA = Path(".snakemake") / "metadata"  # Snakemake's file persistence: one JSON record per output
+
+
+def records_file(root: Path, profile: str) -> Path:
+    return root / "results" / profile / RECORDS_NAME
+
+
+def _prefixes(profile: str) -> tuple[str, ...]:
+    return tuple(f"{top}/{profile}/" for top in ("data", *SHARED_DIRS))
+
+
+def _decode(record: Path, metadata: Path) -> str:
+    # Snakemake names a record by the urlsafe base64 of the output path, split into folders of at most
+    # NAME_MAX characters, every part but the last prefixed with '@'.
+    parts = record.relative_to(metadata).parts
+    return urlsafe_b64decode("".join(p.removeprefix("@") for p in parts)).decode()
+
+
+def _record_path(metadata: Path, key: str) -> Path:
+    # The inverse of _decode, as Snakemake's FilePersistence._record_path builds it.
+    max_len = os.pathconf(metadata, "PC_NAME_MAX") if os.name == "posix" else 255
+    max_len = max_len or 255
+    b64 = urlsafe_b64encode(key.encode()).decode()
+    parts = [b64[i:i + max_len - 1] for i in range(0, len(b64), max_len - 1)]
+    return metadata.joinpath(*(["@" + p for p in parts[:-1]] + [parts[-1]]))
+
+
+def collect_records(root: Path, profile: str) -> dict[str, dict]:
+    """Snakemake's metadata record of every existing output of ``profile`` (data folders, models, results,
+    tables), keyed by its path relative to ``root``."""
+    metadata = root / METADATA
+    if not metadata.is_dir():
+        raise DataError(f"{metadata} is missing: run the workflow (snakemake) before sharing its outputs")
+    records = {}
+    for path in sorted(p for p in metadata.rglob("*") if p.is_file()):
+        try:
+            key = _decode(path, metadata)
+        except (ValueError, UnicodeDecodeError):
+            continue  # not a record Snakemake named
+        if key.startswith(_prefixes(profile)) and (root / key).exists():
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if record.get("incomplete"):
+                raise DataError(f"{key} is marked incomplete by Snakemake ({path}); rerun the workflow before sharing")
+            records[key] = record
+    if not any(k.startswith(f"models/{profile}/") for k in records):
+        raise DataError(f"no Snakemake record of any output under models/{profile}: nothing trained to share")
+    return records
+
+
+def restore_records(root: Path, profile: str) -> int:
+    """Write the shared records back into ``.snakemake/metadata`` and set each output's file time to its
+    recorded finishing time; return how many outputs were restored."""
+    path = records_file(root, profile)
+    if not path.is_file():
+        raise DataError(f"{path} is missing: pull results/{profile}.dvc first (`leanlm share push` writes it)")
+    records = json.loads(path.read_text(encoding="utf-8"))
+    metadata = root / METADATA
+    metadata.mkdir(parents=True, exist_ok=True)
+    restored = 0
+    for key, record in records.items():
+        output = root / key
+        if not output.exists() or "endtime" not in record:
+            continue  # a data folder this clone did not pull
+        target = _record_path(metadata, key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(record), encoding="utf-8")
+        os.utime(output, (record["endtime"], record["endtime"]), follow_symlinks=False)
+        restored += 1
+    return restored
+
+
+def _dvc(root: Path, *args: str) -> None:
+    proc = subprocess.run(["dvc", *args], cwd=root)
+    if proc.returncode:
+        raise DataError(f"`dvc {' '.join(args)}` failed in {root} (exit {proc.returncode})")
+
+
+def _data_stages(root: Path, profile: str) -> list[str]:
+    dvc_file = root / "dvc.yaml"
+    if profile not in dvc_profiles(dvc_file):
+        raise ConfigError(f"{dvc_file}: profile {profile!r} is not in its vars profiles: DVC has no data stages for it")
+    stages = [f"{s}@{profile}" for s in DATA_STAGES]
+    if profile in dvc_profiles(dvc_file, "named_data_profiles"):
+        stages += [f"{s}@{profile}" for s in NAMED_DATA_STAGES]
+    return stages
+
+
+def push(root: Path, profile: str, remote: str | None = None) -> list[str]:
+    """Record, ``dvc add`` and ``dvc push`` the profile's outputs and data; return the .dvc files to commit."""
+    records = collect_records(root, profile)
+    write_json(records_file(root, profile), records)
+    folders = [f"{top}/{profile}" for top in SHARED_DIRS if (root / top / profile).is_dir()]
+    _dvc(root, "add", *folders)
+    targets = _data_stages(root, profile) + [f"{f}.dvc" for f in folders]
+    _dvc(root, "push", *(["-r", remote] if remote else []), *targets)
+    return [f"{f}.dvc" for f in folders]
+
+
+def pull(root: Path, profile: str, remote: str | None = None) -> int:
+    """``dvc pull`` the profile's data stages and shared folders, then restore Snakemake's records."""
+    folders = [f"{top}/{profile}.dvc" for top in SHARED_DIRS if (root / top / f"{profile}.dvc").is_file()]
+    if not folders:
+        raise DataError(f"no models/{profile}.dvc, results/{profile}.dvc or paper_tables/{profile}.dvc in {root}: "
+                        f"nothing was shared for this profile (`leanlm share push` on the machine that built it)")
+    _dvc(root, "pull", *(["-r", remote] if remote else []), *_data_stages(root, profile), *folders)
+    return restore_records(root, profile)
