@@ -68,3 +68,63 @@ def test_bad_inputs_are_data_errors():
         compute("accuracy", [], [])
     with pytest.raises(DataError, match="argmax"):
         compute("accuracy", [[0.1, 0.9]], [1])
+
+
+def test_nan_predictions_score_zero_like_a_constant_prediction():
+    # A diverged regression head (NaN outputs) has no defined correlation: scored 0 as a constant
+    # prediction is, so an average over tasks stays a number.
+    nan = float("nan")
+    assert compute("spearman", [1.0, nan, 3.0], [1.0, 2.0, 3.0]) == 0.0
+    assert compute("pearson", [1.0, nan, 3.0], [1.0, 2.0, 3.0]) == 0.0
+
+
+def test_constant_references_score_zero():
+    assert compute("spearman", [1.0, 2.0, 3.0], [0.5, 0.5, 0.5]) == 0.0
+    assert compute("pearson", [1.0, 2.0, 3.0], [0.5, 0.5, 0.5]) == 0.0
+
+
+def test_correlation_of_a_constant_prediction_emits_no_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compute("spearman", [2.0, 2.0, 2.0], [1.0, 2.0, 3.0]) == 0.0
+        assert compute("pearson", [1.0, 2.0, 3.0], [7.0, 7.0, 7.0]) == 0.0
+
+
+def test_predictions_and_references_may_be_any_iterable():
+    # Generators (e.g. a map over decoded batches) are scored like lists.
+    preds, refs = [1, 0, 1, 1], [1, 1, 1, 0]
+    assert compute("accuracy", (p for p in preds), iter(refs)) == pytest.approx(0.5)
+    assert compute("accuracy", map(int, preds), tuple(refs)) == pytest.approx(0.5)
+
+
+def test_shape_errors_name_the_metric_and_the_argument():
+    with pytest.raises(DataError) as info:
+        compute("accuracy", [[0.1, 0.9], [0.8, 0.2]], [1, 0])
+    assert str(info.value) == (
+        "metric 'accuracy': predictions must be a flat sequence of labels or scores, got shape (2, 2); "
+        "take the argmax of logits before scoring"
+    )
+    with pytest.raises(DataError) as info:
+        compute("f1", [1, 0], [[1], [0]])
+    assert str(info.value) == (
+        "metric 'f1': references must be a flat sequence of labels or scores, got shape (2, 1); "
+        "take the argmax of logits before scoring"
+    )
+
+
+def test_length_mismatch_error_in_full():
+    with pytest.raises(DataError) as info:
+        compute("matthews", [1, 0, 1], [1, 0])
+    assert str(info.value) == (
+        "metric 'matthews': 3 predictions but 2 references; score each example exactly once"
+    )
+
+
+def test_import_metric_modules_registers_the_other_task_shapes():
+    from leanlm.evaluation.metrics import METRICS, import_metric_modules
+
+    import_metric_modules()
+    for name in ("squad_f1", "squad_em", "bleu", "perplexity"):
+        assert name in METRICS
