@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from leanlm.errors import ConfigError, DataError
@@ -128,3 +129,29 @@ def test_import_metric_modules_registers_the_other_task_shapes():
     import_metric_modules()
     for name in ("squad_f1", "squad_em", "bleu", "perplexity"):
         assert name in METRICS
+
+
+def test_correlation_of_scores_spanning_exactly_one():
+    # Scores in [0, 1] whose range is exactly 1 (a probability head, STS-B rescaled to 0..1) are not
+    # mistaken for constant ones.
+    assert compute("pearson", [0.0, 0.5, 1.0], [0.0, 0.4, 1.0]) == pytest.approx(0.99339926779878)
+    assert compute("spearman", [0.0, 0.5, 1.0], [0.2, 0.1, 0.9]) == pytest.approx(0.5)
+    assert compute("pearson", [0.2, 0.1, 0.9], [0.0, 0.5, 1.0]) == pytest.approx(
+        float(np.corrcoef([0.2, 0.1, 0.9], [0.0, 0.5, 1.0])[0, 1])
+    )
+
+
+def test_near_constant_predictions_score_a_number_and_keep_scipys_warning():
+    # Only the constant-input case is silenced (it is scored 0); scipy's warning that a nearly constant
+    # input makes the coefficient inaccurate still reaches the user.
+    from scipy.stats import NearConstantInputWarning
+
+    with pytest.warns(NearConstantInputWarning):
+        value = compute("pearson", [1.0, 1.0 + 1e-13, 1.0 - 1e-13, 1.0], [1.0, 2.0, 3.0, 4.0])
+    assert math.isfinite(value) and -1.0 <= value <= 1.0
+
+
+def test_a_zero_dimensional_array_is_a_data_error():
+    # A metric input reduced to a scalar too early (np.array(1)) gets the clear error, not a TypeError.
+    with pytest.raises(DataError, match=r"metric 'accuracy': predictions must be a flat sequence.*shape \(\)"):
+        compute("accuracy", np.array(1), [1])
