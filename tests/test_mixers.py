@@ -447,3 +447,29 @@ def test_non_approximate_in_bfloat16_sums_in_float32():
     assert {k: t.dtype for k, t in state.items()} == {"num": torch.bfloat16, "den": torch.bfloat16,
                                                        "m": torch.bfloat16}
     torch.testing.assert_close(y, out[:, 60], rtol=2e-2, atol=2e-2)
+
+
+def _printed_formula(latex: str, **size: int) -> float:
+    """Value of a Table 4.5-4.8 formula as printed: juxtaposition is a product binding tighter than
+    "/" (``3Bd^2/ht`` = 3Bd^2 / (ht)), ``^`` a power."""
+    import re
+
+    expr = re.sub(r"/([A-Za-z]+)", r"/(\1)", latex)
+    expr = re.sub(r"(?<=[0-9A-Za-z)])(?=[A-Za-z(])", "*", expr)
+    expr = expr.replace("^", "**")
+    return eval(expr, {"__builtins__": {}}, dict(size))  # noqa: S307 (our own class attributes)
+
+
+@pytest.mark.parametrize("name", sorted(CH4_VARIANTS))
+def test_formula_methods_equal_their_printed_formulas(name):
+    """Tables 4.5-4.8 print a variant's LaTeX formula beside the value its method computes: the two
+    must be the same formula (sizes chosen so that swapped or dropped factors change the value)."""
+    cls = MIXERS.get(name)
+    size = dict(B=2, L=5, d=12, h=3)
+    assert cls.complexity(**size) == _printed_formula(cls.complexity_latex, **size)
+    for stage in ("prefill", "decode"):
+        assert cls.flops(**size, stage=stage) == _printed_formula(cls.flops_latex[stage], **size), stage
+    for t in (1, 4):
+        assert cls.activation_memory(**size, t=t) == pytest.approx(
+            _printed_formula(cls.activation_latex, **size, t=t)), t
+    assert cls.cache_size(**size) == _printed_formula(cls.cache_latex, **size)
