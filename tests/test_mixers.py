@@ -473,3 +473,6 @@ def test_formula_methods_equal_their_printed_formulas(name):
         assert cls.activation_memory(**size, t=t) == pytest.approx(
             _printed_formula(cls.activation_latex, **size, t=t)), t
     assert cls.cache_size(**size) == _printed_formula(cls.cache_latex, **size)
+    # Defaults: FLOPs of the prefill, activations without tensor parallelism (t = 1).
+    assert cls.flops(**size) == cls.flops(**size, stage="prefill")
+    assert cls.activation_memory(**size) == cls.activation_memory(**size, t=1)
