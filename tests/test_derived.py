@@ -12,7 +12,16 @@ import pandas as pd
 import pytest
 
 from leanlm.errors import LeanLMError
-from leanlm.reporting.derived import family_summary, glue_average, peop, prr, seed_averages, task_summary, with_efficiency
+from leanlm.reporting.derived import (
+    family_summary,
+    glue_average,
+    is_inverse,
+    peop,
+    prr,
+    seed_averages,
+    task_summary,
+    with_efficiency,
+)
 
 SHA, MHE, EL_ATT, MQA, SKV, MHA = 8_847_360, 8_875_008, 14_155_776, 15_335_424, 21_233_664, 28_311_552
 
@@ -196,3 +205,170 @@ def test_a_seed_missing_a_task_is_an_error_not_a_biased_average():
 def test_unknown_family_is_a_clear_error():
     with pytest.raises(LeanLMError, match="superglue.*families present: glue"):
         family_summary(_tidy(VALUES), "superglue")
+
+
+# --------------------------------------------------------------------------- edge cases of the formulas
+def test_peop_is_nan_only_at_shas_parameter_count():
+    # Same count as SHA but a different score: still undefined ("-"), not an infinity.
+    assert np.isnan(peop(81.0, 79.2, SHA, SHA))
+    assert np.isnan(peop(77.0, 79.2, SHA, SHA, inverse=True))
+    # Twice SHA's count (growth exactly 1): defined, the plain relative score gain.
+    assert peop(88.0, 80.0, 2 * SHA, SHA) == pytest.approx(0.1)
+    out = peop(np.array([81.0, 88.0]), 80.0, np.array([SHA, 2 * SHA]), SHA)
+    assert np.isnan(out[0]) and out[1] == pytest.approx(0.1)
+
+
+def test_undefined_peop_raises_no_numpy_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(peop(81.0, 79.2, SHA, SHA))  # x / 0
+        assert np.isnan(peop(79.2, 79.2, SHA, SHA))  # 0 / 0
+
+
+def test_missing_values_give_nan_not_an_error():
+    # A score or count that is missing (None, e.g. a run without results) yields NaN, printed "-".
+    out = prr([80.0, None], 80.0)
+    assert out[0] == 100.0 and np.isnan(out[1])
+    assert np.isnan(prr(80.0, None))
+    out = peop([88.0, None], 80.0, [2 * SHA, 2 * SHA], SHA)
+    assert out[0] == pytest.approx(0.1) and np.isnan(out[1])
+    assert np.isnan(peop(88.0, None, 2 * SHA, SHA))
+    assert np.isnan(peop(88.0, 80.0, None, SHA))
+    assert np.isnan(peop(88.0, 80.0, 2 * SHA, None))
+
+
+# --------------------------------------------------------------------------- tidy-table helpers, more
+def _lm_tidy(ppl: dict, metric="perplexity", family="lm", tasks=("wikitext103", "ptb")) -> pd.DataFrame:
+    """ppl[run] = {task: [per-seed values]}: a lower-is-better family as the aggregate stage writes it."""
+    params = {"sha": 100, "mha": 300, "mhe_mul": 104}
+    rows = []
+    for run, per_task in ppl.items():
+        for task in tasks:
+            for seed, value in enumerate(per_task[task]):
+                rows.append(dict(profile="smoke", experiment="ch3_decoder", run=run, run_id=f"ch3_decoder-{run}",
+                                 family=family, attention=run, task=task, seed=seed, params_total=10 * params[run],
+                                 params_attention=params[run], params_embedding=5, metric=metric, value=value,
+                                 is_primary=True))
+    return pd.DataFrame(rows)
+
+
+PPL = {
+    "sha": {"wikitext103": [62.0, 64.0], "ptb": [68.0, 70.0]},
+    "mha": {"wikitext103": [43.0, 45.0], "ptb": [44.0, 46.0]},
+    "mhe_mul": {"wikitext103": [54.0, 54.0], "ptb": [51.0, 51.0]},
+}
+
+
+def test_perplexities_are_averaged_as_stored_not_times_100():
+    tidy = _lm_tidy(PPL)
+    per_seed = seed_averages(tidy, "lm").set_index(["run", "seed"])
+    assert per_seed.loc[("sha", 0), "score"] == pytest.approx(65.0)  # (62 + 68) / 2, not x 100
+    assert per_seed.loc[("sha", 0), "n_tasks"] == 2
+    out = task_summary(tidy, "lm").set_index(["run", "task"])
+    assert out.loc[("mha", "ptb"), "mean"] == pytest.approx(45.0)
+    assert out.loc[("mha", "ptb"), "n_seeds"] == 2
+    # while fractions in the same table are shown x 100
+    mixed = pd.concat([tidy, _tidy(VALUES)], ignore_index=True)
+    assert seed_averages(mixed, "glue").set_index(["run", "seed"]).loc[("sha", 0), "score"] == pytest.approx(60.0)
+    assert seed_averages(mixed, "lm").set_index(["run", "seed"]).loc[("sha", 0), "score"] == pytest.approx(65.0)
+
+
+def test_is_inverse_follows_the_primary_metric():
+    assert is_inverse(_lm_tidy(PPL), "lm") is True
+    assert is_inverse(_tidy(VALUES), "glue") is False
+    assert is_inverse(_lm_tidy(PPL, metric="bits_per_byte"), "lm", tasks=["ptb"]) is True
+    assert is_inverse(_lm_tidy(PPL), "lm", tasks=["no_such_task"]) is False  # nothing to invert
+
+
+def test_is_inverse_rejects_a_family_mixing_directions():
+    mixed = pd.concat([_lm_tidy(PPL, tasks=("wikitext103",)),
+                       _lm_tidy({run: {"lambada": [0.6, 0.62]} for run in PPL}, metric="accuracy", tasks=("lambada",))],
+                      ignore_index=True)
+    with pytest.raises(LeanLMError) as info:
+        is_inverse(mixed, "lm")
+    assert str(info.value) == (
+        "family 'lm' mixes higher- and lower-is-better primary metrics (accuracy, perplexity); "
+        "average and compare them separately"
+    )
+    # a task subset of one direction is fine
+    assert is_inverse(mixed, "lm", tasks=["wikitext103"]) is True
+    assert is_inverse(mixed, "lm", tasks=["lambada"]) is False
+
+
+def test_with_efficiency_uses_the_inverse_forms_for_perplexity():
+    summary = with_efficiency(family_summary(_lm_tidy(PPL), "lm"), inverse=True).set_index("run")
+    # means: sha 66.0, mha 44.5, mhe_mul 52.5
+    assert summary.loc["sha", "prr"] == pytest.approx(prr(66.0, 44.5, inverse=True))
+    assert summary.loc["sha", "prr"] == pytest.approx(100 * (1 - (66.0 - 44.5) / 44.5))
+    assert summary.loc["mhe_mul", "peop"] == pytest.approx(-(52.5 / 66.0 - 1) / 0.04)
+    assert summary.loc["mhe_mul", "peop"] > 0  # lower perplexity with more parameters: positive elasticity
+
+
+def test_with_efficiency_without_a_reference_run_gives_nan_columns():
+    tidy = _tidy(VALUES)
+    no_mha = with_efficiency(family_summary(tidy[tidy["run"] != "mha"], "glue"))
+    assert list(no_mha.columns[-2:]) == ["prr", "peop"]
+    assert no_mha["prr"].isna().all() and no_mha["prr"].dtype == float
+    assert no_mha["peop"].notna().any()
+    no_sha = with_efficiency(family_summary(tidy[tidy["run"] != "sha"], "glue"))
+    assert no_sha["peop"].isna().all() and no_sha["peop"].dtype == float
+    assert no_sha["prr"].notna().all()
+
+
+def test_with_efficiency_refuses_a_summary_of_two_experiments():
+    summary = family_summary(_tidy(VALUES), "glue")
+    two = pd.concat([summary, summary.assign(experiment="ch3_other")], ignore_index=True)
+    with pytest.raises(LeanLMError) as info:
+        with_efficiency(two)
+    assert str(info.value) == (
+        "PRR/PEoP compare runs of one experiment, but the summary mixes ch3_encoder, ch3_other; "
+        "select one experiment first"
+    )
+
+
+def test_summaries_keep_the_run_order_of_the_table():
+    # Tables print runs in the experiment matrix's order (SHA before MHA), not alphabetically.
+    tidy = _tidy(VALUES)
+    order = ["sha", "mha", "mhe_mul"]
+    assert seed_averages(tidy, "glue")["run"].tolist() == [r for r in order for _ in (0, 1)]
+    assert glue_average(tidy)["run"].tolist() == order
+    assert task_summary(tidy, "glue")[["run", "task"]].values.tolist() == [
+        [r, t] for r in order for t in ("sst2", "cola")
+    ]
+
+
+def test_missing_results_error_lists_eight_in_table_order():
+    tidy = _tidy(VALUES)
+    tidy = tidy[~((tidy["task"] == "cola") & (tidy["run"] != "mhe_mul"))]  # sha and mha lack cola
+    with pytest.raises(LeanLMError) as info:
+        glue_average(tidy, tasks=["sst2", "cola"])
+    assert str(info.value) == (
+        "family 'glue': 4 (run, seed, task) results are missing (ch3_encoder-sha seed 0 task cola; "
+        "ch3_encoder-sha seed 1 task cola; ch3_encoder-mha seed 0 task cola; ch3_encoder-mha seed 1 task cola); "
+        "rerun the fine-tuning job of those runs"
+    )
+    many = _tidy({run: {task: [v[0]] * 5 for task, v in per_task.items()} for run, per_task in VALUES.items()},
+                 seeds=range(5))
+    many = many[~((many["task"] == "cola") & (many["run"] != "mhe_mul"))]  # 10 missing
+    with pytest.raises(LeanLMError) as info:
+        glue_average(many, tasks=["sst2", "cola"])
+    message = str(info.value)
+    assert message.startswith("family 'glue': 10 (run, seed, task) results are missing (")
+    assert message.count(" task cola") == 8  # only the first eight are listed
+    assert "ch3_encoder-mha seed 2 task cola); rerun" in message
+
+
+def test_unknown_family_error_in_full():
+    with pytest.raises(LeanLMError) as info:
+        family_summary(_tidy(VALUES), "superglue")
+    assert str(info.value) == (
+        "no primary-metric results for task family 'superglue' in the tidy table; families present: glue. "
+        "Run the fine-tuning stage for it, then `leanlm aggregate`"
+    )
+    both = pd.concat([_tidy(VALUES), _lm_tidy(PPL)], ignore_index=True)
+    with pytest.raises(LeanLMError, match=r"families present: glue, lm\. Run"):
+        family_summary(both, "superglue")
+    with pytest.raises(LeanLMError, match=r"families present: none\. Run"):
+        family_summary(_tidy(VALUES).iloc[0:0], "glue")

@@ -371,3 +371,108 @@ def test_taylor_attention_in_bfloat16_keeps_a_float32_state(groups):
     want = (1 + s + s * s / 2).tril() @ exact[2]
     for got, ref in ((out, want), *((a.grad, e.grad) for a, e in zip(half, exact))):
         assert ((got.double() - ref).norm() / ref.norm()).item() < 2e-2
+
+
+def test_non_approximate_decodes_from_the_empty_state():
+    """Generation without a prompt: stepping from ``init_state`` gives the parallel form's outputs."""
+    mixer = make("non_approximate", kv=2).eval()
+    h = torch.randn(3, 20, D, dtype=torch.float64)
+    full = mixer(h, MixerContext())
+    state = mixer.init_state(3, h)
+    assert state["num"].shape == (3, HEADS, DH) and state["den"].shape == state["m"].shape == (3, HEADS)
+    outs = []
+    for t in range(h.size(1)):
+        y, state = mixer.step(h[:, t], state)
+        outs.append(y[:, None])
+    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-10, atol=1e-10)
+
+
+def test_non_approximate_prompt_ending_on_a_new_maximum_score():
+    """The decode state's running maximum is the one at the prompt's last token: a prompt whose last
+    token raises the maximum (with scores large enough to matter) must continue exactly."""
+    mixer = make("non_approximate").eval()
+    with torch.no_grad():
+        mixer.q_proj.weight.mul_(4.0)
+        mixer.k_proj.weight.mul_(4.0)
+    torch.manual_seed(3)
+    h = torch.randn(1, 40, D, dtype=torch.float64)
+    s, _ = mixer.scores(h)
+    running = s.cummax(-1).values
+    raised = (s[..., 1:] > running[..., :-1] + 1.0).any(1)[0]  # a head's maximum rises by > 1 at t + 1
+    prompt = int(raised.nonzero()[-1]) + 2  # the prompt ends on that token
+    assert 2 <= prompt < h.size(1)
+    full = mixer(h, MixerContext())
+    out, state = mixer.prefill(h[:, :prompt], MixerContext())
+    outs = [out]
+    for t in range(prompt, h.size(1)):
+        y, state = mixer.step(h[:, t], state)
+        outs.append(y[:, None])
+    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=1e-10, atol=1e-10)
+
+
+def test_non_approximate_in_bfloat16_sums_in_float32():
+    """The GPU dtype: bf16 scores and values are averaged in float32 (the same sums as float32 inputs
+    give), outputs and the decode state come back in bf16, and left padding gives finite outputs."""
+    from leanlm.modeling.mixers.non_approximate import running_softmax_average
+
+    mixer = make("non_approximate").to(torch.bfloat16).eval()
+    g = torch.Generator().manual_seed(7)
+    h = torch.randn(1, 70, D, generator=g).to(torch.bfloat16)
+    s, v = mixer.scores(h)
+    assert s.dtype == v.dtype == torch.bfloat16
+    got = running_softmax_average(s, v, 16)
+    want = running_softmax_average(s.float(), v.float(), 16)
+    for a, b in zip(got, want):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+    out = mixer(h, MixerContext())
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    reference = make("non_approximate")(h.double(), MixerContext())
+    assert ((out.double() - reference).norm() / reference.norm()).item() < 2e-2
+
+    pad = 5
+    padded = torch.cat([torch.randn(1, pad, D, generator=g).to(torch.bfloat16), h], 1)
+    mask = torch.cat([torch.zeros(1, pad), torch.ones(1, h.size(1))], 1).long()
+    masked = mixer(padded, MixerContext(attention_mask=mask))
+    assert masked.dtype == torch.bfloat16 and torch.isfinite(masked).all()
+    torch.testing.assert_close(masked[:, pad:], out, rtol=2e-2, atol=2e-2)
+
+    first, state = mixer.prefill(h[:, :60], MixerContext())
+    assert first.dtype == torch.bfloat16
+    assert {k: t.dtype for k, t in state.items()} == {"num": torch.bfloat16, "den": torch.bfloat16,
+                                                       "m": torch.bfloat16}
+    y, state = mixer.step(h[:, 60], state)
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+    assert {k: t.dtype for k, t in state.items()} == {"num": torch.bfloat16, "den": torch.bfloat16,
+                                                       "m": torch.bfloat16}
+    torch.testing.assert_close(y, out[:, 60], rtol=2e-2, atol=2e-2)
+
+
+def _printed_formula(latex: str, **size: int) -> float:
+    """Value of a Table 4.5-4.8 formula as printed: juxtaposition is a product binding tighter than
+    "/" (``3Bd^2/ht`` = 3Bd^2 / (ht)), ``^`` a power."""
+    import re
+
+    expr = re.sub(r"/([A-Za-z]+)", r"/(\1)", latex)
+    expr = re.sub(r"(?<=[0-9A-Za-z)])(?=[A-Za-z(])", "*", expr)
+    expr = expr.replace("^", "**")
+    return eval(expr, {"__builtins__": {}}, dict(size))  # noqa: S307 (our own class attributes)
+
+
+@pytest.mark.parametrize("name", sorted(CH4_VARIANTS))
+def test_formula_methods_equal_their_printed_formulas(name):
+    """Tables 4.5-4.8 print a variant's LaTeX formula beside the value its method computes: the two
+    must be the same formula (sizes chosen so that swapped or dropped factors change the value)."""
+    cls = MIXERS.get(name)
+    size = dict(B=2, L=5, d=12, h=3)
+    assert cls.complexity(**size) == _printed_formula(cls.complexity_latex, **size)
+    for stage in ("prefill", "decode"):
+        assert cls.flops(**size, stage=stage) == _printed_formula(cls.flops_latex[stage], **size), stage
+    for t in (1, 4):
+        assert cls.activation_memory(**size, t=t) == pytest.approx(
+            _printed_formula(cls.activation_latex, **size, t=t)), t
+    assert cls.cache_size(**size) == _printed_formula(cls.cache_latex, **size)
+    # Defaults: FLOPs of the prefill, activations without tensor parallelism (t = 1).
+    assert cls.flops(**size) == cls.flops(**size, stage="prefill")
+    assert cls.activation_memory(**size) == cls.activation_memory(**size, t=1)

@@ -71,3 +71,65 @@ def test_bad_settings_are_config_errors_naming_the_value():
         schedule_fn("linear", 100, 200)
     with pytest.raises(ConfigError, match="num_cycles=0"):
         schedule_fn("cosine_with_hard_restarts", 100, 0, num_cycles=0)
+
+
+def test_one_step_decay_reaches_zero_at_the_end():
+    # A decay phase of a single update (total_steps = warmup_steps + 1, or a 1-step run without warmup)
+    # must still end at 0: the guard against a zero-length decay may not stretch a 1-step decay.
+    assert [schedule_fn("linear", 1)(s) for s in (0, 1)] == [1.0, 0.0]
+    f = schedule_fn("linear", WARMUP + 1, WARMUP)
+    assert [f(WARMUP), f(WARMUP + 1)] == [1.0, 0.0]
+    assert schedule_fn("cosine", WARMUP + 1, WARMUP)(WARMUP + 1) == pytest.approx(0.0)
+    assert schedule_fn("cosine_with_hard_restarts", WARMUP + 1, WARMUP)(WARMUP + 1) == 0.0
+
+
+def test_warmup_over_the_whole_run_is_allowed():
+    # warmup_steps == total_steps (warmup_ratio = 1) is valid: the rate rises over the whole run.
+    f = schedule_fn("linear", WARMUP, WARMUP)
+    assert [f(0), f(WARMUP // 2), f(WARMUP)] == [0.0, pytest.approx(0.5), 1.0]
+
+
+def test_lr_multiplier_passes_every_setting_to_the_schedule():
+    # Values by hand, not against another call of the same function.
+    assert lr_multiplier("linear", WARMUP + 50, TOTAL, WARMUP) == pytest.approx(0.5)
+    assert lr_multiplier("linear", 5, TOTAL, WARMUP) == pytest.approx(0.5)  # in the warmup
+    assert lr_multiplier("cosine_with_hard_restarts", WARMUP + 50, TOTAL, WARMUP, 2) == pytest.approx(1.0)
+    assert lr_multiplier("cosine_with_hard_restarts", WARMUP + 75, TOTAL, WARMUP, 2) == pytest.approx(0.5)
+    assert lr_multiplier("inverse_sqrt", 40, TOTAL, WARMUP) == pytest.approx(0.5)  # sqrt(10 / 40)
+
+
+def test_defaults_are_no_warmup_and_one_cycle():
+    # Without warmup_steps the schedule starts at its peak; without num_cycles hard restarts is a cosine.
+    assert lr_multiplier("linear", 50, 100) == pytest.approx(0.5)
+    assert schedule_fn("linear", 100)(0) == 1.0
+    assert schedule_fn("linear", 100)(50) == pytest.approx(0.5)
+    assert lr_multiplier("cosine_with_hard_restarts", 50, 100) == pytest.approx(0.5)
+    assert lr_multiplier("cosine_with_hard_restarts", 75, 100) == pytest.approx(0.5 * (1 + math.cos(0.75 * math.pi)))
+    f = schedule_fn("cosine_with_hard_restarts", 100)
+    assert f(75) == pytest.approx(0.5 * (1 + math.cos(0.75 * math.pi)))
+
+
+def test_inverse_sqrt_decays_from_the_peak():
+    f = schedule_fn("inverse_sqrt", TOTAL, WARMUP)
+    assert f(WARMUP) == 1.0
+    assert f(4 * WARMUP) == pytest.approx(0.5)
+    # Without warmup: 1 at steps 0 and 1, then 1/sqrt(step).
+    g = schedule_fn("inverse_sqrt", TOTAL)
+    assert [g(0), g(1), g(4)] == [1.0, 1.0, pytest.approx(0.5)]
+
+
+def test_warmup_ratio_bounds_are_inclusive():
+    assert warmup_steps_from_ratio(100, 0.0) == 0  # no warmup
+    assert warmup_steps_from_ratio(100, 1.0) == 100  # warmup over the whole run
+    with pytest.raises(ConfigError, match=r"warmup_ratio=1\.5 must lie in \[0, 1\]"):
+        warmup_steps_from_ratio(100, 1.5)
+    with pytest.raises(ConfigError, match=r"warmup_ratio=-0\.1 must lie in \[0, 1\]"):
+        warmup_steps_from_ratio(100, -0.1)
+
+
+def test_too_long_warmup_error_says_where_to_fix_it():
+    with pytest.raises(ConfigError) as info:
+        schedule_fn("linear", 100, 101)
+    assert str(info.value) == (
+        "warmup_steps=101 must lie in [0, total_steps=100]; lower warmup_steps (or warmup_ratio) in the params file"
+    )
