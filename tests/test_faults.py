@@ -310,7 +310,8 @@ def test_command_substitution_in_configfile_never_runs(scratch_root):
 
 def test_every_rule_quotes_what_it_interpolates():
     """No shell command of a rule file interpolates a value without `:q`, except {P} (quoted where it is
-    made, common.smk) and {threads} (an integer)."""
+    made, common.smk), {threads} (an integer) and {params.launch} (the pretraining launcher,
+    leanlm.cluster.pretrain_launcher: fixed words and a shlex-quoted GPU count)."""
     import re
 
     commands = []
@@ -318,7 +319,7 @@ def test_every_rule_quotes_what_it_interpolates():
         for command in re.findall(r'shell:\s*\n((?:[ \t]+"[^\n]*"[ \t]*\n)+)', path.read_text()):
             commands.append(command)
             for field, spec in re.findall(r"\{([^{}:]+)(:[^{}]*)?\}", command):
-                assert spec == ":q" or field in ("P", "threads"), (path.name, field, command)
+                assert spec == ":q" or field in ("P", "threads", "params.launch"), (path.name, field, command)
     assert len(commands) >= 10  # every rule with a shell command was read
     assert 'P = f"--params {shlex.quote(str(PARAMS_FILE))}"' in (REPO / "workflow" / "rules" / "common.smk").read_text()
 

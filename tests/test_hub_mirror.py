@@ -209,7 +209,7 @@ def test_hub_checkpoint_runs_start_from_the_mirror(tmp_path, offline_with, monke
 
     from leanlm.config import load_config
     from leanlm.runs import get_run
-    from leanlm.training.hub_checkpoint import HubCheckpoint
+    from leanlm.objectives.hub import HubCheckpoint
 
     config = load_config("params/paper.yaml")
     run = get_run(config, "ch2_hashformers-canine_c")
