@@ -318,7 +318,7 @@ def test_changed_runner_reruns_its_finetuning_and_no_pretraining(built):
     # SQuAD's runner: the squad family of each encoder run, then aggregation and what is rendered from it
     assert "pretrain" not in jobs and jobs.pop("finetune") == 3, jobs
     assert {w.split("family=")[1] for w in wildcards["finetune"]} == {"squad"}, wildcards["finetune"]
-    assert set(jobs) <= {"aggregate", "render_table", "render_figure", "pdf", "all"}, jobs
+    assert set(jobs) <= {"aggregate", "render_table", "render_figure", "claims", "pdf", "all"}, jobs
 
 
 def test_changed_chapter_renderer_reruns_only_that_chapters_tables(built):
