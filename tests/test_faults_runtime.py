@@ -34,24 +34,13 @@ from leanlm.modeling.models import build_model
 from leanlm.training import checkpointing
 from leanlm.training.engine import Trainer
 from params_files import edit_yaml  # noqa: E402  (tests/ is on sys.path)
+from test_ch2_pipeline import _texts, _write_jsonl  # noqa: E402  (the tiny ch. 2 corpus)
 from test_engine import config as engine_config, fresh_model, make_batch  # noqa: E402
 
 torch.set_num_threads(1)
 
 RUN = "ch2_hashformers-bert_mlm"
 CLI = "import sys; from leanlm.cli import main; sys.exit(main(sys.argv[1:]))"
-WORDS = ("play plays played playing player run runs running ran runner the a of and to in is was "
-         "good bad great movie film story actor scene plot end start music sound light dark").split()
-
-
-def _texts(n, length, seed):
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(length)) + "." for _ in range(n)]
-
-
-def _write_jsonl(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def _tiny(root: Path, steps: int = 4, checkpoint_every=None, tasks=("mrpc", "stsb"), seeds=(3,), epochs=1):
