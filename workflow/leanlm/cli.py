@@ -143,6 +143,21 @@ def cmd_mirror(args) -> None:
     print(f"mirror size: {record['bytes'] / 2**30:.2f} GiB ({record['bytes']:,} bytes)")
 
 
+def cmd_fixtures(args) -> None:
+    from leanlm.data import fixtures
+
+    config = _config(args)
+    if not config["data"].get("hub_fixtures"):
+        from leanlm.errors import ConfigError
+
+        raise ConfigError(f"{config['_params_file']}: key {fixtures.SETTING} is not true; only a profile that reads "
+                          f"its hub mirror from fixtures (params/rehearsal.yaml) is built this way")
+    record = fixtures.build_fixture_mirror(config, args.out or config["data"]["hub_mirror"])
+    for kind, items in record["items"].items():
+        print(f"{kind}: {len(items)}" + "".join(f"\n  {item}" for item in items))
+    print(f"fixture mirror size: {record['bytes'] / 2**20:.1f} MiB ({record['bytes']:,} bytes)")
+
+
 def cmd_export_hf(args) -> None:
     from leanlm.modeling.checkpoint import export_hf
 
@@ -239,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     _params_arg(p)
     p.add_argument("--out", default=None, help="mirror directory (default: data.hub_mirror or $LEANLM_HUB_MIRROR)")
     p.set_defaults(func=cmd_mirror)
+
+    p = sub.add_parser("fixtures", help="write the hub mirror of a profile with data.hub_fixtures (the rehearsal) from "
+                                        "generated fixtures in the hub's schemas (leanlm.data.fixtures)")
+    _params_arg(p)
+    p.add_argument("--out", default=None, help="mirror directory (default: the profile's data.hub_mirror)")
+    p.set_defaults(func=cmd_fixtures)
 
     p = sub.add_parser("share", help="push a profile's data, models and results to a DVC remote (with Snakemake's "
                                       "records of them), or pull them into a clone")

@@ -88,6 +88,11 @@ def check_combinations(config: dict, path: Path) -> None:
     from leanlm.modeling.config import known_attention_names
 
     known = known_attention_names()
+    data = config["data"]
+    if data.get("hub_fixtures") and (config["source"] != "hub" or not data.get("hub_mirror")):
+        raise ConfigError(f"{path}: key data.hub_fixtures is true, which writes the hub mirror from fixtures, so the "
+                          f"profile needs source: hub (it has {config['source']!r}) and data.hub_mirror set (it has "
+                          f"{data.get('hub_mirror')!r}): the directory the fixtures go to")
     for size, settings in config["models"].items():
         backbone = settings.get("backbone", size)
         if backbone not in DEFAULT_ATTENTION:

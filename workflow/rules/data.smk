@@ -17,8 +17,32 @@ DATA_DIRS = [f"data/{PROFILE}/{d}" for d in ("raw", "corpus", "tokenizer", "task
 NAMED_DATA = {kind: CFG["data"].get(kind) or {} for kind in NAMED_KINDS}
 check_dvc_profile(CFG, "dvc.yaml")  # its stages fetch@<profile> ... (and corpora@, tokenizers@) must exist
 
+# The rehearsal (data.hub_fixtures: true) reads the hub from a mirror made of generated fixtures in the hub's
+# schemas (leanlm.data.fixtures); this rule writes it before any data stage reads it. Other profiles have no
+# such rule: their mirror, if any, is filled from the hub by `leanlm mirror`.
+FIXTURE_MIRROR = [CFG["data"]["hub_mirror"]] if CFG["data"].get("hub_fixtures") else []
+
+if FIXTURE_MIRROR:
+
+    localrules:
+        hub_fixtures,
+
+    rule hub_fixtures:
+        output:
+            directory(FIXTURE_MIRROR[0]),
+        params:
+            code=code_version("data/fixtures", "data/mirror"),
+        log:
+            f"logs/{PROFILE}/hub_fixtures.log",
+        benchmark:
+            f"benchmarks/{PROFILE}/hub_fixtures.tsv",
+        shell:
+            "leanlm fixtures {P} --out {output:q} > {log:q} 2>&1"
+
 
 rule data:
+    input:
+        FIXTURE_MIRROR,
     output:
         [directory(d) for d in DATA_DIRS],
     params:
@@ -42,6 +66,8 @@ if NAMED_DATA["corpora"]:
         data_corpora,
 
     rule data_corpora:
+        input:
+            FIXTURE_MIRROR,
         output:
             [directory(f"data/{PROFILE}/corpora/{name}") for name in NAMED_DATA["corpora"]],
         params:
@@ -61,6 +87,8 @@ if NAMED_DATA["tokenizers"]:
         data_tokenizers,
 
     rule data_tokenizers:
+        input:
+            FIXTURE_MIRROR,
         output:
             directory(f"data/{PROFILE}/tokenizers"),
         params:

@@ -139,6 +139,9 @@ def fill_mirror(config: dict, out: str | Path | None = None) -> dict:
     if config["source"] != "hub":
         raise ConfigError(f"{config['_params_file']}: source is {config['source']!r}; only the hub source reads "
                           f"a mirror (the packaged source needs none)")
+    if config["data"].get("hub_fixtures"):
+        raise ConfigError(f"{config['_params_file']}: data.hub_fixtures is true, so its mirror is made of generated "
+                          f"fixtures, not filled from the hub; run `leanlm fixtures --params {config['_params_file']}`")
     mirror.disable_mirror()  # the loaders below must go to the hub, not to the mirror being filled
     try:
         items = {"datasets": _task_items(config, root), "corpora": _corpus_items(config, root),
