@@ -1,6 +1,7 @@
 # The two commands of the README. Both set everything up first (scripts/setup.sh is idempotent).
 #   make reproduce   # set up, then run the default reproduction (profile: smoke)
-#   make test        # set up, then run the test suite (what .ci/run runs)
+#   make test        # set up, then run the test suite (what .ci/run runs first)
+#   make rehearsal   # set up, then the rehearsal: the paper profile at tiny size on hub fixtures (what .ci/run runs next)
 #   make mutate      # mutation testing of the core modules (docs/mutation-testing.md); not in CI
 # Hub datasets are unreachable offline; these variables make hub calls fail at once instead of
 # after a long timeout. Unset them for `make reproduce PARAMS=params/paper.yaml` with network.
@@ -12,7 +13,7 @@ VENV ?= .venv
 PARAMS ?= params/smoke.yaml
 CORES ?= all
 
-.PHONY: setup reproduce test analytic mutate clean
+.PHONY: setup reproduce test rehearsal analytic mutate clean
 
 setup:
 	bash scripts/setup.sh
@@ -28,6 +29,11 @@ analytic: setup
 test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q
 
+# The README's rehearsal command, verbatim (README "Rehearsal"): every job of the paper profile at tiny size,
+# offline, on a hub mirror of fixtures that its first job writes.
+rehearsal: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" snakemake --cores 2 --configfile params/rehearsal.yaml
+
 # MUTANTS narrows the run to mutant-name globs, e.g. make mutate MUTANTS='leanlm.training.schedules*'.
 # JOBS: test processes in parallel (default 1; the run is niced).
 mutate:
@@ -36,3 +42,4 @@ mutate:
 
 clean:
 	rm -rf data/smoke models/smoke results/smoke paper_tables/smoke logs/smoke benchmarks/smoke .snakemake
+	rm -rf data/rehearsal models/rehearsal results/rehearsal paper_tables/rehearsal logs/rehearsal benchmarks/rehearsal
