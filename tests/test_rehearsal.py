@@ -286,3 +286,17 @@ def test_tokenizer_and_checkpoint_folders_load_as_the_hubs(tmp_path):
     checkpoints.canine(tmp_path / "canine")
     model = AutoModel.from_pretrained(str(tmp_path / "canine"))
     assert type(model).__name__ == "CanineModel" and model.config.downsampling_rate == 4
+
+
+def test_ci_runs_the_readmes_rehearsal_command():
+    """The README's rehearsal command is the one `make rehearsal` runs, and `.ci/run` runs it after the tests."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Rehearsal", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"```bash\n(snakemake [^#\n]*?)\s+#", section).group(1)
+    assert command == "snakemake --cores 2 --configfile params/rehearsal.yaml"
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = re.search(r"^rehearsal: setup\n\t(.*)$", makefile, re.M).group(1)
+    assert recipe.endswith(" " + command)
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    assert steps[-2:] == ["make test", "make rehearsal"]

@@ -31,7 +31,7 @@ if FIXTURE_MIRROR:
         output:
             directory(FIXTURE_MIRROR[0]),
         params:
-            code=code_version("data/fixtures", "data/mirror"),
+            code=code_of("leanlm.data.fixtures"),  # the fixture modules and all they import
         log:
             f"logs/{PROFILE}/hub_fixtures.log",
         benchmark:
