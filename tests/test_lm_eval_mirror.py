@@ -235,11 +235,12 @@ def test_a_mirror_without_a_task_names_it_and_the_fill_command(filled, offline_w
     shutil.rmtree(mirror.dataset_dir(partial, "EleutherAI/lambada_openai", "default"))
     shutil.rmtree(mirror.dataset_dir(partial, "aps/super_glue", "boolq") / "train")
     offline_with(partial)
-    with pytest.raises(DataError, match=r"no dataset for lm-eval task 'lambada_openai' reads "
-                                        r"EleutherAI/lambada_openai .*leanlm mirror --params params/paper\.yaml"):
+    with pytest.raises(DataError, match=r"no dataset EleutherAI/lambada_openai \(config default\), which lm-eval "
+                                        r"task 'lambada_openai' reads.*leanlm mirror --params params/paper\.yaml"):
         with redirected_tasks(["arc_easy", "lambada_openai"], "paper"):
             pass
-    with pytest.raises(DataError, match=r"lacks split\(s\) train that lm-eval task 'boolq' .*leanlm mirror"):
+    with pytest.raises(DataError, match=r"lacks split\(s\) train of aps/super_glue \(config boolq\), which lm-eval "
+                                        r"task 'boolq' reads .*leanlm mirror"):
         check_mirrored(["boolq"], "paper")
     check_mirrored(["arc_easy", "wikitext"], "paper")  # the tasks the mirror holds pass
 
@@ -252,7 +253,7 @@ def test_the_tasks_stage_checks_the_mirror_before_any_training(filled, offline_w
     shutil.rmtree(mirror.dataset_dir(partial, "Rowan/hellaswag", None))
     offline_with(partial)
     config = load_config("params/paper.yaml")
-    with pytest.raises(DataError, match=r"'hellaswag' reads Rowan/hellaswag"):
+    with pytest.raises(DataError, match=r"no dataset Rowan/hellaswag \(config None\), which lm-eval task 'hellaswag'"):
         build_lm_eval_dir(config, tmp_path / "tasks")
     offline_with(filled)
     out = build_lm_eval_dir(config, tmp_path / "tasks")

@@ -39,9 +39,9 @@ def mirrored_split_files(root: Path, task: str, profile: str) -> dict[str, list[
     ``root``; DataError naming the task and the fill command when the mirror lacks them."""
     source = task_dataset(task)
     folder = mirror.dataset_dir(root, source.path, source.name)
-    what = f"lm-eval task {task!r} reads {source.path} (config {source.name})"
+    what = f"{source.path} (config {source.name}), which lm-eval task {task!r} reads"
     if not (folder / "dataset_dict.json").is_file():
-        raise DataError(f"the hub mirror ({mirror.ENV_VAR} or {mirror.SETTING}) at {root} has no dataset for "
+        raise DataError(f"the hub mirror ({mirror.ENV_VAR} or {mirror.SETTING}) at {root} has no dataset "
                         f"{what}; expected it at {folder}; {mirror.how_to_fill(profile)}")
     files, absent = {}, []
     for split in source.splits:
@@ -51,8 +51,8 @@ def mirrored_split_files(root: Path, task: str, profile: str) -> dict[str, list[
         else:
             absent.append(split)
     if absent:
-        raise DataError(f"the hub mirror at {folder} lacks split(s) {', '.join(absent)} that {what} "
-                        f"(splits {', '.join(source.splits)}); {mirror.how_to_fill(profile)}")
+        raise DataError(f"the hub mirror at {folder} lacks split(s) {', '.join(absent)} of {what} (it reads "
+                        f"{', '.join(source.splits)}); {mirror.how_to_fill(profile)}")
     return files
 
 
