@@ -209,6 +209,8 @@ def test_the_runners_report_lm_evals_metrics_from_the_mirror(paper_runner):
     from leanlm.runners.analysis import AttentionAnalysisRunner
     from leanlm.runners.lm_eval import LMEvalRunner
 
+    import leanlm.runners.lm_eval as lm_eval_runner
+
     config, run_id, tokenizer = paper_runner
     for task in config["finetune"]["lm_eval"]["tasks"]:
         spec = get_task(task)
@@ -216,6 +218,8 @@ def test_the_runners_report_lm_evals_metrics_from_the_mirror(paper_runner):
         name = spec.hub["task"]
         assert result["lm_eval_task"] == name
         declared = metric_names(name)  # lm-eval's own metric list, as its config declares it
+        (scores, *_), = lm_eval_runner._SCORES.values()  # what lm-eval itself reported, before our checks
+        assert set(declared) <= set(scores[name]), (name, sorted(scores[name]))
         assert [m for m in result["metrics"] if not m.endswith("_stderr")] == declared
         assert all(result["metrics"][m] == result["metrics"][m] for m in declared)  # numbers, not NaN
         key = (task_dataset(name).path, task_dataset(name).name)
