@@ -29,12 +29,12 @@ import logging
 import re
 import time
 
+from leanlm.data.lm_eval_stage import lm_eval_include
 from leanlm.data.tasks import get_task
 from leanlm.errors import DataError
 from leanlm.evaluation import per_example
 from leanlm.evaluation.indicators import CONTEXT_LENGTHS
 from leanlm.training.finetune import TaskRunner
-from leanlm.data.lm_eval_stage import lm_eval_include
 from leanlm.runners.lm_eval import check_local_tasks, load_evaluated_model, task_name
 
 log = logging.getLogger(__name__)
