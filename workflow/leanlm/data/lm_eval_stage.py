@@ -5,8 +5,10 @@ These families have no task sets of their own (``tasks/<task>/{train,validation,
 reads its tasks itself. Which tasks it reads depends on the profile's source:
 
 - ``hub`` (paper): the task's lm-eval name, ``hub.task`` in the task table (``arc_easy``, ``wikitext``,
-  ...); lm-eval downloads its data at evaluation. The tasks stage only writes
-  ``tasks/lm_eval/MANIFEST.json`` naming them.
+  ...); lm-eval downloads its data at evaluation, or, when a hub mirror is set
+  (:mod:`leanlm.data.mirror`), runs the same task definitions on the mirror's copy of the data
+  (:mod:`leanlm.data.lm_eval_mirror`). The tasks stage only writes ``tasks/lm_eval/MANIFEST.json``
+  naming them (and, with a mirror, checks that it holds every split they read).
 - ``packaged``: the local-JSON stand-in of that task (:data:`leanlm.data.lm_eval_tasks.THESIS_TASKS`
   maps stand-ins to the tasks they stand in for), which the tasks stage writes to
   ``data/<profile>/tasks/lm_eval/`` (one YAML + JSONL per stand-in, and MANIFEST.json). The stand-ins
@@ -14,13 +16,15 @@ reads its tasks itself. Which tasks it reads depends on the profile's source:
   stand-in the movie-review snippets of that split with their human sentiment scores from the raw
   files (|score| >= 0.5, as the SST-2 stand-in).
 
-:func:`lm_eval_task_name` and :func:`include_path` are what the runners use to find a task.
+:func:`lm_eval_task_name` and :func:`lm_eval_include` are what the runners use to find a task.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from leanlm import paths
 from leanlm.data.lm_eval_tasks import THESIS_TASKS, build_lm_eval_tasks
@@ -57,6 +61,21 @@ def include_path(profile: str, source: str) -> Path | None:
     return paths.data_dir(profile) / "tasks" / LM_EVAL_DIR if source == "packaged" else None
 
 
+@contextmanager
+def lm_eval_include(config: dict, names: list[str]) -> Iterator[Path | None]:
+    """The ``include_path`` lm-eval finds the lm-eval tasks ``names`` under, for one evaluation: the
+    packaged stand-ins' folder; with the hub source and a mirror set, a temporary folder of tasks that
+    run lm-eval's own definitions on the mirror's data (:func:`leanlm.data.lm_eval_mirror.redirected_tasks`);
+    else None (lm-eval's own tasks, reading the hub or its cache)."""
+    if config["source"] != "hub":
+        yield include_path(config["profile"], config["source"])
+        return
+    from leanlm.data.lm_eval_mirror import redirected_tasks
+
+    with redirected_tasks(list(names), config["profile"]) as folder:
+        yield folder
+
+
 def heldout_labelled(raw_dir: Path, corpus_dir: Path) -> dict[str, list[tuple[str, str]]]:
     """``{"sentiment": [(text, "negative" | "positive"), ...]}``: the movie snippets the corpus put in its
     test split (never pretrained on), labelled by their human scores; neutral ones are left out."""
@@ -81,8 +100,12 @@ def build_lm_eval_dir(config: dict, tasks_out: Path) -> Path | None:
     out = Path(tasks_out) / LM_EVAL_DIR
     names = {spec.name: lm_eval_task_name(spec, config["source"]) for spec in specs}
     if config["source"] == "hub":
+        from leanlm.data.lm_eval_mirror import check_mirrored
+
+        check_mirrored(sorted(set(names.values())), config["profile"])  # fail here, not after pretraining
         write_json(out / "MANIFEST.json", {"source": "hub", "tasks": names,
-                                           "note": "lm-eval downloads these tasks itself at evaluation"})
+                                           "note": "lm-eval reads these tasks' data itself at evaluation: from "
+                                                   "the hub mirror when one is set, else from the hub"})
         return out
     data = paths.data_dir(config["profile"])
     settings = config["data"]["tasks"]

@@ -7,6 +7,10 @@ profile. Its contents keep the hub's own schemas, so the same mapping code reads
 
 - ``datasets/<dataset id>/<config or "default">/``: a ``DatasetDict`` written with
   ``save_to_disk`` (every split the pipeline reads, the hub's features and column types unchanged);
+  this holds the fine-tuned task sets and also the datasets of chapter 4's lm-eval tasks, under the
+  ``dataset_path``/``dataset_name`` lm-eval's own task config names (``allenai/ai2_arc/ARC-Easy``,
+  ``aps/super_glue/boolq``, ``baber/piqa/default``, ``EleutherAI/wikitext_document_level/wikitext-2-raw-v1``,
+  ...), each with every split that config names;
 - ``corpora/<dataset id>/<config or "default">/<split>/``: a streamed pretraining split (its first
   documents only when the profile caps them), also ``save_to_disk``;
 - ``tokenizers/<hub id>/``: ``save_pretrained`` of the hub tokenizer (``tokenizer.json`` etc.);
@@ -17,7 +21,8 @@ profile. Its contents keep the hub's own schemas, so the same mapping code reads
 :mod:`leanlm.data.hub`, :mod:`leanlm.data.squad`, :mod:`leanlm.data.lm_tasks`,
 :mod:`leanlm.data.pretrain_data`, :mod:`leanlm.data.tokenizer` and
 :mod:`leanlm.training.hub_checkpoint` read from it first and never touch
-the network then. A set mirror that lacks an item is an error naming the item and the command that
+the network then; lm-eval's own tasks are pointed at it by :mod:`leanlm.data.lm_eval_mirror` (their
+definitions unchanged, only ``dataset_path``/``dataset_kwargs`` redirected to the Arrow files here). A set mirror that lacks an item is an error naming the item and the command that
 fills it; no mirror and no network keep the fail-fast message, which names the mirror setting.
 """
 

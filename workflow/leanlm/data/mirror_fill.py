@@ -5,15 +5,20 @@ Everything the profile's hub source reads is fetched through the same loaders th
 
 - the task sets of every fine-tuned family (GLUE, SuperGLUE, SQuAD, WMT-14, WikiText-103, PTB):
   each dataset/config once, all its splits, ``DatasetDict.save_to_disk``;
+- the data of ch. 4's lm-eval tasks (families ``lm_eval`` and ``analysis``): for each lm-eval task
+  (``hub.task``), the dataset, config and splits lm-eval's own config of it reads
+  (:func:`leanlm.evaluation.lm_eval_configs.task_dataset`), fetched with the call lm-eval makes
+  (``datasets.load_dataset(dataset_path, dataset_name, **dataset_kwargs)``) and saved like the task
+  sets, in ``datasets/<dataset_path>/<dataset_name or "default">/`` (one folder when a fine-tuned task
+  reads the same dataset, e.g. SuperGLUE BoolQ); :mod:`leanlm.data.lm_eval_mirror` points lm-eval's
+  tasks at it;
 - the pretraining corpora (Wikipedia + BookCorpus for ``source: hub``, the named ``data.corpora``):
   the streamed split, its first ``max_documents`` rows where the profile caps them;
 - the hub tokenizers (``data.tokenizer`` of kind hub, ``data.tokenizers``): ``save_pretrained``;
 - the hub checkpoints runs start from (objective ``hub``: CANINE-C): ``save_pretrained``.
 
 Items already in the mirror are kept (delete a folder to fetch it again). ``MIRROR.json`` records the
-profile, the items and the total size, which :func:`fill_mirror` also returns. lm-eval's own tasks are
-not mirrored: lm-eval downloads them itself into the Hugging Face cache (``HF_HOME``), which a cluster
-can share the same way.
+profile, the items and the total size, which :func:`fill_mirror` also returns.
 """
 
 from __future__ import annotations
@@ -60,6 +65,34 @@ def _task_items(config: dict, root: Path) -> list[str]:
             continue
         log.info("mirror: %s/%s", *key)
         _save_dataset(target, loaders.get(spec.family, hub.load_hub_dataset)(spec, config["profile"]))
+    return items
+
+
+def _lm_eval_items(config: dict, root: Path) -> list[str]:
+    """The datasets lm-eval's own configs of the profile's ch. 4 tasks read, all their splits."""
+    import datasets
+
+    from leanlm.data import hub
+    from leanlm.data.stages import _task_specs
+    from leanlm.evaluation.lm_eval_configs import task_dataset
+
+    names = dict.fromkeys(spec.hub["task"] for spec in _task_specs(config)
+                          if spec.family in LM_EVAL_FAMILIES and spec.hub.get("task"))
+    items = []
+    for name in names:
+        source = task_dataset(name)
+        target = mirror.dataset_dir(root, source.path, source.name)
+        item = str(target.relative_to(root))
+        if item in items:
+            continue
+        items.append(item)
+        if (target / "dataset_dict.json").is_file():
+            log.info("mirror: %s/%s (lm-eval %s) already there", source.path, source.name, name)
+            continue
+        hub.ensure_hub_reachable(f"lm-eval task {name} ({source.path})", config["profile"])
+        kwargs = {k: v for k, v in source.kwargs.items() if k != "trust_remote_code"}  # as lm-eval with datasets 4+
+        log.info("mirror: %s/%s for lm-eval task %s", source.path, source.name, name)
+        _save_dataset(target, datasets.load_dataset(source.path, source.name, **kwargs))
     return items
 
 
@@ -144,7 +177,8 @@ def fill_mirror(config: dict, out: str | Path | None = None) -> dict:
                           f"fixtures, not filled from the hub; run `leanlm fixtures --params {config['_params_file']}`")
     mirror.disable_mirror()  # the loaders below must go to the hub, not to the mirror being filled
     try:
-        items = {"datasets": _task_items(config, root), "corpora": _corpus_items(config, root),
+        items = {"datasets": _task_items(config, root), "lm_eval": _lm_eval_items(config, root),
+                 "corpora": _corpus_items(config, root),
                  "tokenizers": _tokenizer_items(config, root), "models": _model_items(config, root)}
     finally:
         mirror.configure_mirror(config)

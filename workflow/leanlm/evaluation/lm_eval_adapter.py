@@ -12,8 +12,8 @@ context ``model.config.max_position``) and a ``tokenizers.Tokenizer``:
 
 :func:`run_lm_eval` evaluates a model on lm-eval tasks, by their lm-eval names (``arc_easy``,
 ``wikitext``, ... for the paper profile) or our packaged stand-ins (``leanlm_*`` YAMLs from
-:mod:`leanlm.data.lm_eval_tasks`, found through ``include_path``), and returns plain
-``{task: {metric: value}}``.
+:mod:`leanlm.data.lm_eval_tasks`, found through ``include_path``; also the hub mirror's redirects of
+lm-eval's own tasks, :mod:`leanlm.data.lm_eval_mirror`), and returns plain ``{task: {metric: value}}``.
 
 From the command line (a checkpoint directory and a tokenizer file or directory)::
 
@@ -237,7 +237,13 @@ def _task_specs(tasks: list[str], include_path) -> tuple[list, bool]:
     for name in tasks:
         if name in local:
             config = load_yaml(local[name].read_text(encoding="utf-8"))
-            specs.append(_relocated(config, local[name]))
+            if "include" in config:
+                # A task that includes another config (the hub mirror's redirect of one of lm-eval's own
+                # tasks, leanlm.data.lm_eval_mirror): lm-eval resolves the include and its !function tags
+                # from the file, so it gets the path.
+                specs.append(str(local[name]))
+            else:
+                specs.append(_relocated(config, local[name]))
         elif name.startswith(LOCAL_PREFIX):
             raise ConfigError(f"lm-eval task {name!r} is one of our packaged stand-ins but there is no YAML for "
                               f"it under include_path={include_path}; build the stand-ins (leanlm.data.lm_eval_tasks) "

@@ -6,12 +6,18 @@ missing from lm-eval's results. So nothing here is typed in: :func:`metric_list`
 ``metric_list`` from the YAML that lm-eval itself loads (its offline :class:`lm_eval.tasks.TaskManager`
 index over the task folders installed with it). The packaged stand-ins copy the list of the task they
 stand in for (:mod:`leanlm.data.lm_eval_tasks`), and a test holds params/tasks/lm_eval.yaml to it.
+
+The same configs say where each task's documents come from (:func:`task_dataset`: the hub dataset,
+its config and the splits lm-eval reads), which is what ``leanlm mirror`` saves and what
+:mod:`leanlm.data.lm_eval_mirror` points the task at when a hub mirror is set.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+from dataclasses import dataclass
+from pathlib import Path
 
 from leanlm.errors import ConfigError
 
@@ -24,14 +30,55 @@ def _task_index() -> dict:
     return TaskManager(include_defaults=True).task_index
 
 
-def task_config(task: str) -> dict:
-    """lm-eval's config of ``task`` with its includes merged and its ``!function`` tags unresolved."""
+# The split fields of an lm-eval task config, in the order lm-eval's ConfigurableTask reads them.
+SPLIT_FIELDS = ("training_split", "validation_split", "test_split", "fewshot_split")
+
+
+@dataclass(frozen=True)
+class TaskDataset:
+    """Where lm-eval reads a task's documents: ``datasets.load_dataset(path, name, **kwargs)``, and
+    the splits its config names (training, validation, test, few-shot; each at most once)."""
+
+    task: str
+    path: str
+    name: str | None
+    splits: tuple[str, ...]
+    kwargs: dict
+
+
+def _entry(task: str):
     entry = _task_index().get(task)
     if entry is None or entry.cfg is None or "task" not in entry.cfg:
         import lm_eval
 
         raise ConfigError(f"lm-eval {lm_eval.__version__} has no task named {task!r} among its own task configs")
-    return copy.deepcopy(entry.cfg)
+    return entry
+
+
+def task_config(task: str) -> dict:
+    """lm-eval's config of ``task`` with its includes merged and its ``!function`` tags unresolved."""
+    return copy.deepcopy(_entry(task).cfg)
+
+
+def task_yaml(task: str) -> Path:
+    """The YAML file lm-eval defines ``task`` in (inside the installed ``lm_eval/tasks/``)."""
+    entry = _entry(task)
+    if entry.yaml_path is None:
+        raise ConfigError(f"lm-eval task {task!r} is defined in Python, not by a YAML config")
+    return Path(entry.yaml_path)
+
+
+def task_dataset(task: str) -> TaskDataset:
+    """The hub dataset, config and splits lm-eval's own config of ``task`` reads."""
+    config = task_config(task)
+    if not config.get("dataset_path") or config.get("custom_dataset"):
+        raise ConfigError(f"lm-eval task {task!r} does not read a hub dataset (dataset_path "
+                          f"{config.get('dataset_path')!r}); it cannot be mirrored")
+    splits = tuple(dict.fromkeys(config[field] for field in SPLIT_FIELDS if config.get(field)))
+    if not splits:
+        raise ConfigError(f"lm-eval task {task!r} names no split ({', '.join(SPLIT_FIELDS)})")
+    return TaskDataset(task=task, path=config["dataset_path"], name=config.get("dataset_name"), splits=splits,
+                       kwargs=dict(config.get("dataset_kwargs") or {}))
 
 
 def metric_list(task: str) -> list[dict]:

@@ -2,7 +2,8 @@
 written to ``results/<profile>/runs/<run_id>/analysis.json`` (by :func:`leanlm.training.finetune.finetune`).
 
 The held-out text is the lm_eval family's WikiText task (params/tasks/lm_eval.yaml, family analysis): lm-eval's
-``wikitext`` in the paper profile, the packaged ``leanlm_wikitext`` stand-in otherwise, its documents
+``wikitext`` in the paper profile (on the hub mirror's copy of its data when a mirror is set,
+:mod:`leanlm.data.lm_eval_mirror`), the packaged ``leanlm_wikitext`` stand-in otherwise, its documents
 read through lm-eval (the first ``limit``) and tokenised as the lm-eval adapter tokenises them, with the
 tokenizer the model was trained with (:func:`leanlm.training.run_tokenizer.evaluation_tokenizer`). The one
 result (``task: attention_analysis``, seed-independent) holds
@@ -28,12 +29,13 @@ import logging
 import re
 import time
 
+from leanlm.data.lm_eval_stage import lm_eval_include
 from leanlm.data.tasks import get_task
 from leanlm.errors import DataError
 from leanlm.evaluation import per_example
 from leanlm.evaluation.indicators import CONTEXT_LENGTHS
 from leanlm.training.finetune import TaskRunner
-from leanlm.runners.lm_eval import check_local_tasks, load_evaluated_model, task_location
+from leanlm.runners.lm_eval import check_local_tasks, load_evaluated_model, task_name
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +73,12 @@ class AttentionAnalysisRunner(TaskRunner):
         tokenizer = evaluation_tokenizer(config, run_id, tokenizer)  # the one the model was trained with
         settings = config["finetune"][family]
         spec = get_task(task)
-        name, include = task_location(config, task)
+        name = task_name(config, task)
         check_local_tasks(config, [name])
         model = load_evaluated_model(config, run_id)
         started = time.time()
-        texts = document_texts(load_lm_eval_tasks([name], include)[name], settings.get("limit"))
+        with lm_eval_include(config, [name]) as include:
+            texts = document_texts(load_lm_eval_tasks([name], include)[name], settings.get("limit"))
         adapter = LeanLMEvalAdapter(model, tokenizer, batch_size=settings["batch_size"], device=None)
         documents = [adapter.tok_encode(text) for text in texts]
         words = sum(word_count(text) for text in texts)

@@ -4,8 +4,9 @@ Nothing is trained. For each task of ``finetune.lm_eval.tasks`` (params/tasks/lm
 trained causal LM (:func:`load_evaluated_model`: its own, or ``evaluate_from``'s with the simple layers
 left out for Table 4.1's SKIP) is scored by lm-eval with our adapter
 (:func:`leanlm.evaluation.lm_eval_adapter.run_lm_eval`): the paper profile runs lm-eval's own task by
-its name (``hub.task``), offline profiles the local-JSON stand-in the tasks stage wrote under
-``data/<profile>/tasks/lm_eval/`` (:mod:`leanlm.data.lm_eval_stage`). The result does not depend on
+its name (``hub.task``; with a hub mirror set, the same task definition on the mirror's copy of its
+data, :mod:`leanlm.data.lm_eval_mirror`), offline profiles the local-JSON stand-in the tasks stage wrote
+under ``data/<profile>/tasks/lm_eval/`` (:mod:`leanlm.data.lm_eval_stage`). The result does not depend on
 the seed, so it runs once (``seeded = False``). The text is encoded with the tokenizer the model was
 trained with (:func:`leanlm.training.run_tokenizer.evaluation_tokenizer`: ch. 4's Pythia BPE where the
 profile names it, saved with the model; else the profile's).
@@ -34,7 +35,7 @@ import torch
 from torch import nn
 
 from leanlm import paths
-from leanlm.data.lm_eval_stage import include_path, lm_eval_task_name
+from leanlm.data.lm_eval_stage import include_path, lm_eval_include, lm_eval_task_name
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError, TrainingError
 from leanlm.evaluation import per_example
@@ -91,10 +92,10 @@ def load_evaluated_model(config: dict, run_id: str) -> nn.Module:
     return _CACHE[key]
 
 
-def task_location(config: dict, task: str) -> tuple[str, Path | None]:
-    """(lm-eval task name, include_path) of a task of an lm-eval family under the profile's source."""
-    spec = get_task(task)
-    return lm_eval_task_name(spec, config["source"]), include_path(config["profile"], config["source"])
+def task_name(config: dict, task: str) -> str:
+    """The lm-eval task that evaluates a task of an lm-eval family under the profile's source (its
+    ``include_path`` for one evaluation: :func:`leanlm.data.lm_eval_stage.lm_eval_include`)."""
+    return lm_eval_task_name(get_task(task), config["source"])
 
 
 def check_local_tasks(config: dict, names: list[str]) -> None:
@@ -143,7 +144,7 @@ class LMEvalRunner(TaskRunner):
         spec = get_task(task)
         tokenizer = evaluation_tokenizer(config, run_id, tokenizer)  # the one the model was trained with
         scores, baselines, seconds, samples = _family_scores(config, run_id, family, tokenizer)
-        name, _ = task_location(config, task)
+        name = task_name(config, task)
         if name not in scores:
             raise DataError(f"lm-eval returned no results for task {name} (got {sorted(scores)})")
         metrics = _metrics(spec, scores[name], name)
@@ -192,8 +193,7 @@ def _family_scores(config: dict, run_id: str, family: str, tokenizer) -> tuple[d
     from leanlm.evaluation.lm_eval_baselines import load_lm_eval_tasks, task_baselines
 
     settings = config["finetune"][family]
-    names = [task_location(config, task)[0] for task in settings["tasks"]]
-    include = include_path(config["profile"], config["source"])
+    names = [task_name(config, task) for task in settings["tasks"]]
     key = (run_id, family, tuple(names), config["_params_file"])
     if key in _SCORES:
         return _SCORES[key]
@@ -202,13 +202,14 @@ def _family_scores(config: dict, run_id: str, family: str, tokenizer) -> tuple[d
     limit = settings.get("limit")
     started = time.time()
     samples: dict = {}
-    with _without_environment_report():
-        scores = run_lm_eval(model, tokenizer, names, include, limit=limit, batch_size=settings["batch_size"],
-                             device=None, bootstrap_iters=settings.get("bootstrap_iters", DEFAULT_BOOTSTRAP_ITERS),
-                             samples=samples)
-    seconds = time.time() - started
-    tasks = load_lm_eval_tasks(names, include)
-    baselines = {name: task_baselines(tasks[name], tokenizer, limit) for name in names}
+    with lm_eval_include(config, names) as include:
+        with _without_environment_report():
+            scores = run_lm_eval(model, tokenizer, names, include, limit=limit, batch_size=settings["batch_size"],
+                                 device=None, bootstrap_iters=settings.get("bootstrap_iters", DEFAULT_BOOTSTRAP_ITERS),
+                                 samples=samples)
+        seconds = time.time() - started
+        tasks = load_lm_eval_tasks(names, include)
+        baselines = {name: task_baselines(tasks[name], tokenizer, limit) for name in names}
     _SCORES.clear()
     _SCORES[key] = (scores, baselines, seconds, samples)
     return _SCORES[key]
