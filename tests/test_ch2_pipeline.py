@@ -31,7 +31,7 @@ CH2 = ["ch2_hashformers", "ch2_subword", "ch2_related"]
 
 
 # ------------------------------------------------------------------------------------------- config
-@pytest.mark.parametrize("profile", ["smoke", "paper"])
+@pytest.mark.parametrize("profile", ["smoke", "paper", "rehearsal"])
 def test_ch2_matrix_loads_in_both_profiles(profile):
     config = load_config(f"params/{profile}.yaml")
     assert set(CH2) <= set(config["experiments"])
@@ -58,7 +58,7 @@ def test_ch2_matrix_loads_in_both_profiles(profile):
     assert pretrain_settings(config, by_id["ch2_hashformers-proformer"]) == {}
     # Emb (50K) is BERT-vocabulary-sized: the thesis's 50,260 rows, the smoke tokenizer's 4096.
     buckets = by_id["ch2_hashformers-lsh_emb_50k"].model["embedding_options"]["buckets"]
-    assert buckets == ("50K" if profile == "paper" else 4096)
+    assert buckets == {"paper": "50K", "smoke": 4096, "rehearsal": 1024}[profile]
     assert by_id["ch2_hashformers-md5_emb_1k"].model["embedding_options"]["buckets"] == "1K"
     glue = finetune_settings(config, sr, "glue")
     if profile == "paper":  # Tables 2.4 and 2.5

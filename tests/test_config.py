@@ -26,7 +26,7 @@ def edit(path: Path, change) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-@pytest.mark.parametrize("profile", ["smoke", "paper"])
+@pytest.mark.parametrize("profile", ["smoke", "paper", "rehearsal"])
 def test_shipped_profiles_are_valid(profile):
     config = load_config(ROOT / "params" / f"{profile}.yaml")
     assert config["profile"] == profile

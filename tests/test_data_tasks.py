@@ -63,7 +63,7 @@ def test_unknown_task_lists_the_known_ones():
 
 
 def test_profiles_name_only_registered_tasks():
-    for profile in ("smoke", "paper"):
+    for profile in ("smoke", "paper", "rehearsal"):
         config = yaml.safe_load((REPO / "params" / f"{profile}.yaml").read_text())
         for family, settings in config["finetune"].items():
             assert [get_task(t).family for t in settings["tasks"]] == [family] * len(settings["tasks"])
