@@ -220,7 +220,7 @@ def test_snakemake_refuses_the_bad_profile_before_any_job(scratch_root, case):
 
 
 def test_the_shipped_profiles_pass(capsys):
-    for profile in ("smoke", "paper"):
+    for profile in ("smoke", "paper", "signal"):
         code, out = validate(REPO / "params" / f"{profile}.yaml", capsys)
         assert code == 0 and f"profile {profile!r}" in out, out
 
