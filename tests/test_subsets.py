@@ -7,6 +7,7 @@ follows)."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -69,10 +70,21 @@ def test_a_subset_outside_the_experiments_is_refused(scratch_root):
         load_config(path)  # refused even when no subset is chosen
 
 
+def readme_signal_command() -> list[str]:
+    """The README's command for the CPU subset, as printed there."""
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith("snakemake ") and "--config subset=cpu" in line]
+    assert len(lines) == 1, lines
+    return shlex.split(lines[0])
+
+
 @pytest.mark.slow
-def test_snakemake_runs_the_subset_and_passes_it_to_every_job(scratch_root):
+def test_the_readme_command_runs_the_subset_and_passes_it_to_every_job(scratch_root):
+    """The README's command verbatim (a dry run: the real run is docs/results/signal-cpu/)."""
     root = workflow_project(scratch_root)
-    proc = snakemake(root, "-n", "-p", "--cores", "2", "--configfile", "params/signal.yaml", "--config", "subset=cpu")
+    command = readme_signal_command()
+    assert command[0] == "snakemake"
+    proc = snakemake(root, *command[1:], "-n", "-p")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     pretrained = set(re.findall(r"leanlm pretrain .*?--run (\S+)", out))
