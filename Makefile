@@ -1,5 +1,6 @@
 # The two commands of the README. Both set everything up first (scripts/setup.sh is idempotent).
 #   make reproduce   # set up, then run the default reproduction (profile: smoke)
+#   make validate    # check a profile (PARAMS=...) without running anything
 #   make test        # set up, then run the test suite (what .ci/run runs first)
 #   make rehearsal   # set up, then the rehearsal: the paper profile at tiny size on hub fixtures (what .ci/run runs next)
 #   make mutate      # mutation testing of the core modules (docs/mutation-testing.md); not in CI
@@ -13,13 +14,20 @@ VENV ?= .venv
 PARAMS ?= params/smoke.yaml
 CORES ?= all
 
-.PHONY: setup reproduce test rehearsal analytic mutate clean
+.PHONY: setup reproduce validate test rehearsal analytic mutate clean
 
 setup:
 	bash scripts/setup.sh
 
+# The profile is validated first: Snakemake reads the --configfile itself before the Snakefile runs, and for
+# a file that is not UTF-8 or not YAML its message names no file; `leanlm validate` names file and line.
+# SUBSET: one of the profile's named subsets (e.g. make reproduce PARAMS=params/signal.yaml SUBSET=cpu).
 reproduce: setup
-	$(VENV)/bin/snakemake --cores $(CORES) --configfile $(PARAMS)
+	$(MAKE) --no-print-directory validate
+	$(VENV)/bin/snakemake --cores $(CORES) --configfile '$(PARAMS)' $(if $(SUBSET),--config subset='$(SUBSET)')
+
+validate:
+	$(VENV)/bin/leanlm validate --params '$(PARAMS)' $(if $(SUBSET),--subset '$(SUBSET)') > /dev/null
 
 analytic: setup
 	$(VENV)/bin/snakemake --cores 1 analytic --configfile $(PARAMS)

@@ -3,6 +3,7 @@
 #   snakemake --cores all                                   # default: the smoke profile (CPU, minutes)
 #   snakemake --cores all --configfile params/paper.yaml     # the thesis's scale (GPUs)
 #   snakemake --cores 1 analytic [--configfile ...]          # counting tables/figures only, seconds
+#   snakemake --cores 2 --configfile params/signal.yaml --config subset=cpu   # signal's CPU subset
 #   snakemake --profile workflow/profiles/slurm --configfile params/paper.yaml
 #
 # Snakemake itself loads profiles/default (all cores, greedy scheduler, printed commands) for every run here.
@@ -29,7 +30,9 @@ from leanlm.provenance import code_of, code_version
 from leanlm.runs import pretrain_settings, runs
 
 PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smoke.yaml"
-CFG = load_config(PARAMS_FILE)
+# `--config subset=<name>`: only the experiments of the profile's named subset (e.g. signal's `cpu`).
+SUBSET = config.get("subset") or None
+CFG = load_config(PARAMS_FILE, subset=SUBSET)
 PROFILE = CFG["profile"]
 RUNS = {run.run_id: run for run in runs(CFG)}
 TABLES = read_yaml("params/tables.yaml")  # UTF-8, no repeated key

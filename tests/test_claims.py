@@ -124,7 +124,7 @@ def _write_run(root: Path, run_id: str, rate: float, seeds=(0,), family: str = "
                 "parameters": {"total": 1000, "attention": 100, "embedding": 10}, "results": results})
 
 
-def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_root):
+def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_root, capsys):
     from leanlm.claims.report import main, print_summary
     from leanlm.config import load_config
 
@@ -161,6 +161,14 @@ def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_roo
     assert "> A sentence the thesis prints" in md and "## ch2_clear_win: **supported**" in md
     tex = (scratch_root / "paper_tables" / "smoke" / "claims.tex").read_text()
     assert r"ch2\_clear\_win" in tex and r"\textbf{supported}" in tex
+    # The end of a run: every claim's verdict, one line each, then the count.
+    capsys.readouterr()
+    print_summary("smoke")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("leanlm: the thesis's claims at profile smoke")
+    assert [line.split() for line in printed[1:7]] == [[c, *v.split()] for c, v in verdict.items()]
+    assert printed[7].startswith("leanlm: claims at profile smoke: 2 supported, 1 contradicted, 1 inconclusive")
+    assert "2 not run" in printed[7]
 
 
 def test_seed_level_fallback_when_no_per_example_data(scratch_root):

@@ -219,8 +219,25 @@ def test_snakemake_refuses_the_bad_profile_before_any_job(scratch_root, case):
         assert text in out, (text, out)
 
 
+@pytest.mark.parametrize("case", [not_utf8, bad_yaml], ids=["not_utf8", "bad_yaml"])
+def test_make_reproduce_names_the_file_snakemake_cannot(scratch_root, case):
+    """The README's `make reproduce` validates the profile before Snakemake reads it, so the two cases
+    whose Snakemake message names no file (the xfails above) stop there with file and line."""
+    params, expected = case(scratch_root)
+    shown = subprocess.run(["make", "-n", "reproduce", f"PARAMS={params}"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    validate_at = next(i for i, line in enumerate(shown) if "validate" in line)
+    assert validate_at < next(i for i, line in enumerate(shown) if "snakemake" in line), shown
+    env = {**os.environ, "LEANLM_ROOT": str(scratch_root), "VENV": str(Path(sys.executable).parent.parent)}
+    proc = subprocess.run(["make", "--no-print-directory", "validate", f"PARAMS={params}"], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    for text in expected:
+        assert text in proc.stderr, (text, proc.stderr)
+
+
 def test_the_shipped_profiles_pass(capsys):
-    for profile in ("smoke", "paper", "rehearsal"):
+    for profile in ("smoke", "paper", "signal", "rehearsal"):
         code, out = validate(REPO / "params" / f"{profile}.yaml", capsys)
         assert code == 0 and f"profile {profile!r}" in out, out
 

@@ -58,14 +58,16 @@ def load_matrix(directory: Path | None = None) -> dict:
     return _load_matrix_cached(str(directory or paths.params_dir() / "experiments"))
 
 
-def load_config(params_file: str | Path | None = None) -> dict:
-    """Read, validate and resolve a profile. ``None`` means the default profile, params/smoke.yaml."""
+def load_config(params_file: str | Path | None = None, subset: str | None = None) -> dict:
+    """Read, validate and resolve a profile. ``None`` means the default profile, params/smoke.yaml.
+    ``subset`` names one of the profile's ``subsets``: the profile's settings, only those experiments."""
     path = Path(params_file) if params_file else paths.params_dir() / "smoke.yaml"
     if not path.is_absolute():
         path = paths.project_root() / path
     config = _read_yaml(path)
     _validate(config, _schema("params.schema.json"), path)
     _check_profile_file(config, path)
+    _select_subset(config, subset, path)
     matrix = load_matrix()
     config["_params_file"] = str(path)
     config["_matrix"] = {}
@@ -81,6 +83,26 @@ def load_config(params_file: str | Path | None = None) -> dict:
     check_combinations(config, path)
     config["absent_runs"] = absent_runs(config)
     return config
+
+
+def _select_subset(config: dict, subset: str | None, path: Path) -> None:
+    """Check every named subset and narrow ``experiments`` to ``subset`` when one is named. A subset
+    changes which runs a profile makes, never a setting: each job it runs is the same job (outputs,
+    params) as in the whole profile."""
+    subsets = config.get("subsets") or {}
+    for name, experiments in subsets.items():
+        outside = [e for e in experiments if e not in config["experiments"]]
+        if outside:
+            raise ConfigError(f"{path}: subsets.{name} lists {', '.join(outside)}, which the profile's "
+                              f"experiments do not: a subset only narrows `experiments`")
+    if not subset:
+        return
+    if subset not in subsets:
+        raise ConfigError(
+            f"{path}: no subset {subset!r} (key subsets); "
+            + (f"known: {', '.join(sorted(subsets))}" if subsets else "this profile defines none"))
+    config["experiments"] = list(subsets[subset])
+    config["subset"] = subset
 
 
 def _check_profile_file(config: dict, path: Path) -> None:

@@ -4,7 +4,7 @@ import shlex
 
 # Every value a rule's shell command interpolates is shell-quoted: this path (`--configfile` may name any
 # file, spaces or `$(...)` included) here, the wildcards and PROFILE with Snakemake's `:q` in the rules.
-P = f"--params {shlex.quote(str(PARAMS_FILE))}"
+P = f"--params {shlex.quote(str(PARAMS_FILE))}" + (f" --subset {shlex.quote(SUBSET)}" if SUBSET else "")
 
 
 def run_dir(run_id):

@@ -138,13 +138,18 @@ def main(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Path | Non
 
 
 def print_summary(profile: str) -> None:
-    """Print the summary of paper_tables/<profile>/claims.csv (the end of a Snakemake run); nothing when
-    the claims stage has not run."""
+    """Print the claims' verdicts of paper_tables/<profile>/claims.csv, one line per claim, and their count
+    (the end of a Snakemake run); nothing when the claims stage has not run."""
     path = paths.tables_dir(profile) / "claims.csv"
     if not path.is_file():
         return
     df = pd.read_csv(path)
-    verdicts = df.drop_duplicates("claim").set_index("claim")["claim_verdict"]
+    claims = df.drop_duplicates("claim")
+    verdicts = claims.set_index("claim")["claim_verdict"]
+    width = max(len(str(c)) for c in claims["claim"])
+    print(f"leanlm: the thesis's claims at profile {profile} (95% intervals; params/claims.yaml):")
+    for row in claims.itertuples():
+        print(f"  {row.claim:<{width}}  {row.claim_verdict}")
     c = {v: int((verdicts == v).sum()) for v in ORDER}
     print(f"leanlm: claims at profile {profile}: {c[SUPPORTED]} supported, {c[CONTRADICTED]} contradicted, "
           f"{c[INCONCLUSIVE]} inconclusive (95% interval too wide at this scale), {c[NOT_RUN]} not run; "
