@@ -49,7 +49,23 @@ wildcard_constraints:
 SERVER = {}
 
 
+def remove_finished_checkpoints():
+    """Delete the training checkpoint of each run whose pretraining outputs Snakemake has recorded as
+    finished (leanlm/snakemake_records.py). The pretraining job leaves its final checkpoint behind: deleted
+    by the job itself, a kill between that and Snakemake's record would make the rerun train from step 0.
+    Run before the jobs (a changed setting then never meets the old run's state) and at the end."""
+    from leanlm.snakemake_records import remove_finished_checkpoints as remove
+
+    runs = {run: (f"models/{PROFILE}/{run}",
+                  [str(f.apply_wildcards({"profile": PROFILE, "run_id": run})) for f in rules.pretrain.rule.output])
+            for run in RUNS}
+    removed = remove(Path.cwd(), runs)
+    if removed:
+        print(f"leanlm: removed the training checkpoints of {len(removed)} finished run(s)", file=sys.stderr)
+
+
 onstart:
+    remove_finished_checkpoints()
     if workflow.local_exec and os.environ.get(forkserver.ENV) != "off":
         SERVER["server"] = forkserver.start()
         if SERVER["server"]:
@@ -83,6 +99,7 @@ def report_failures():
 
 onsuccess:
     forkserver.stop(SERVER.pop("server", None))
+    remove_finished_checkpoints()
     summarize_benchmarks()
     # The claims' verdicts, last thing on screen (paper_tables/<profile>/claims.md has the details).
     from leanlm.claims.report import print_summary
@@ -92,6 +109,7 @@ onsuccess:
 
 onerror:
     forkserver.stop(SERVER.pop("server", None))
+    remove_finished_checkpoints()
     report_failures()
     summarize_benchmarks()
 

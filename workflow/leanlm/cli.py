@@ -55,7 +55,7 @@ def cmd_data(args) -> None:
 def cmd_pretrain(args) -> None:
     from leanlm.training.pretrain import pretrain
 
-    pretrain(_config(args), args.run)
+    pretrain(_config(args), args.run, keep_checkpoint=args.keep_checkpoint)
 
 
 def cmd_finetune(args) -> None:
@@ -181,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pretrain", help="pretrain one model of the experiment matrix")
     _params_arg(p)
     p.add_argument("--run", required=True, help="run id, e.g. ch3_encoder-mhe_mul (see `leanlm validate`)")
+    p.add_argument("--keep-checkpoint", action="store_true",
+                   help="leave the final training checkpoint in the run folder (the pipeline deletes it once "
+                        "Snakemake has recorded the outputs); by default it is deleted once the model is written")
     p.set_defaults(func=cmd_pretrain)
 
     p = sub.add_parser("finetune", help="fine-tune and evaluate one model on one task family, all seeds")
