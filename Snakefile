@@ -66,6 +66,14 @@ def remove_finished_checkpoints():
 
 onstart:
     remove_finished_checkpoints()
+    if not workflow.local_exec:
+        # On a cluster a pretraining run longer than one job's time limit chains jobs, each resuming from
+        # the last checkpoint: the pretrain rule is resubmitted as often as the longest run can need
+        # (leanlm.cluster.pretrain_retries; the profile's `retries` applies to the other rules). Set here,
+        # not as the rule's `retries:`, because the Snakefile is read before the executor is known and a
+        # local run must not retry a failing job.
+        rules.pretrain.rule.restart_times = cluster.pretrain_retries(
+            pretrain_settings(CFG, run) for run in RUNS.values())
     if workflow.local_exec and os.environ.get(forkserver.ENV) != "off":
         SERVER["server"] = forkserver.start()
         if SERVER["server"]:
