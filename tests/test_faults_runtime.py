@@ -480,14 +480,25 @@ def test_a_kill_before_snakemake_records_the_outputs_does_not_retrain_from_step_
     assert (model_dir / "checkpoint" / checkpointing.STATE_FILE).is_file(), "the job deleted its checkpoint"
 
     assert snakemake(root, "--unlock").returncode == 0  # the killed Snakemake's lock on the folder
-    proc = snakemake(root, "--cores", "1", target)
+    finetuned = f"results/smoke/runs/{RUN}/glue.json"
+    proc = snakemake(root, "--cores", "1", finetuned)  # the rerun of the pretraining, then a fine-tuning job
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = json.loads(record.read_text())
     assert again["summary"]["resumed_from"] == steps  # from the final checkpoint: no step trained again
     assert (model_dir / WEIGHTS_NAME).read_bytes() == first_weights
     assert again["history"] == first["history"] and again["validation"] == first["validation"]
-    assert not (model_dir / "checkpoint").exists()  # recorded now: the Snakefile's hook deleted it
-    assert "Nothing to be done" in snakemake(root, "-n", target).stdout
+    # Recorded now: the fine-tuning job, which Snakemake starts only after recording the pretraining it reads,
+    # deleted the checkpoint at its start (the Snakefile's hooks would have at the end of the run).
+    assert "removed the training checkpoint of the finished pretraining" in (
+        root / "logs" / "smoke" / "finetune" / RUN / "glue.log").read_text()
+    assert not (model_dir / "checkpoint").exists()
+    assert "Nothing to be done" in snakemake(root, "-n", finetuned).stdout
+
+
+def test_pretrain_outputs_are_the_rules():
+    rule = (Path(__file__).parents[1] / "workflow" / "rules" / "pretrain.smk").read_text()
+    declared = re.findall(r'^\s+\w+="([^"]+)",$', rule.split("output:")[1].split("params:")[0], re.M)
+    assert paths.pretrain_outputs("smoke", RUN) == [p.format(profile="smoke", run_id=RUN) for p in declared]
 
 
 def test_checkpoint_folder_names_agree():

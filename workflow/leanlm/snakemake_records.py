@@ -68,6 +68,17 @@ def remove_finished_checkpoints(root: Path, runs: dict[str, tuple[Path, list[str
     return done
 
 
+def remove_recorded_checkpoint(root: Path, profile: str, run_id: str) -> bool:
+    """Delete run ``run_id``'s training checkpoint if Snakemake has recorded its pretraining outputs. A
+    fine-tuning job calls it at its start: Snakemake starts one only after recording the pretraining it reads,
+    so a finished run's state goes as soon as its first consumer starts, not at the end of the workflow
+    (on a cluster, weeks of runs would otherwise keep every finished run's state). Returns whether it went."""
+    from leanlm.paths import pretrain_outputs
+
+    folder = f"models/{profile}/{run_id}"
+    return bool(remove_finished_checkpoints(root, {run_id: (folder, pretrain_outputs(profile, run_id))}))
+
+
 def _checkpoint_names() -> tuple[str, ...]:
     # leanlm.training.checkpointing's folder and the leftovers of an interrupted save; spelled here so that
     # looking costs no torch import (tests/test_faults_runtime.py checks they agree).
