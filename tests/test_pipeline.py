@@ -432,6 +432,12 @@ def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_pat
     assert "up to date" in _run(clone, clone_env, "dvc", "status", *smoke_stages)
     bash(clone, clone_env, data_only)
     bash(clone, clone_env, "dvc pull")  # bare: every stage the clone defines is locked (dvc_stages.yaml)
+    stages_file = clone / "dvc_stages.yaml"  # what it guards against: a defined stage never run (paper's)
+    kept = stages_file.read_text()
+    stages_file.write_text(kept.replace("staged: [smoke]", "staged: [smoke, paper]"))
+    unlocked = subprocess.run(["dvc", "pull"], cwd=clone, env=clone_env, capture_output=True, text=True)
+    assert unlocked.returncode != 0 and "data/paper/raw" in unlocked.stdout + unlocked.stderr
+    stages_file.write_text(kept)
     assert planned_jobs(in_clone) == {}
 
     matrix = clone / "params" / "experiments" / "ch3.yaml"
