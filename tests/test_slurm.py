@@ -9,7 +9,7 @@ The README's cluster commands run verbatim (read from its "On a SLURM cluster" b
   params: it lists the paper profile's jobs with their GPUs, partition, account and time limits, and
   submits nothing;
 - `snakemake --profile workflow/profiles/slurm` on a tiny smoke profile (one BERT run, GLUE on one task,
-  one table: the test's params, a two-minute time limit per pretraining job): pretraining and fine-tuning
+  one table: the test's params, a two-minute time limit per pretraining job by default): pretraining and fine-tuning
   run as SLURM jobs, data, aggregation, claims, the table and the PDF locally. The first pretraining job's
   job step is cancelled with scancel once it has a checkpoint (the job ends FAILED); the second one is
   frozen (SIGSTOP) once it has written a later checkpoint, so that SLURM ends it at its time limit
@@ -43,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm_local.sh"
 RUN = "ch3_encoder-mha"
 STEPS, EVERY = 500, 50
+# Time limit of a pretraining job, minutes: room for a job's start (the job's own Snakemake reads the workflow,
+# leanlm imports torch) and a checkpoint; a heavily loaded machine needs more (LEANLM_TEST_SLURM_MINUTES).
+MINUTES = int(os.environ.get("LEANLM_TEST_SLURM_MINUTES", "2"))
 ACCOUNT = "myproject"  # the README's example
 
 pytestmark = pytest.mark.slow
@@ -123,7 +126,7 @@ def _tiny(params: Path) -> None:
     doc = yaml.safe_load(path.read_text())
     doc["experiments"] = ["ch3_encoder"]
     doc["seeds"] = [0]
-    doc["resources"]["pretrain"].update(step_seconds=0.001, setup_minutes=2, max_runtime=2)
+    doc["resources"]["pretrain"].update(step_seconds=0.001, setup_minutes=MINUTES, max_runtime=MINUTES)
     doc["data"]["tokenizer"]["vocab_size"] = 600
     doc["data"]["tasks"].update(max_train_examples=48, max_eval_examples=24)
     doc["models"]["bert"].update(n_layers=1, d_model=32, n_heads=2, head_dim=16, d_ff=64, max_position=64)
