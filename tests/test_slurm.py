@@ -170,7 +170,7 @@ def test_readme_paper_dry_run_lists_gpu_jobs_and_submits_nothing(slurm, tmp_path
 def _sacct(env) -> dict[str, list[str]]:
     """Job id -> [name, state, comment (Snakemake's rule and wildcards), account] of the jobs sacct knows."""
     out = subprocess.run(["sacct", "-X", "-n", "--parsable2", "--format=JobIdRaw,JobName,State,Comment,Account",
-                          "--starttime", "now-1hour"], env=env, capture_output=True, text=True, check=True)
+                          "--starttime", "now-6hours"], env=env, capture_output=True, text=True, check=True)
     rows = [line.split("|") for line in out.stdout.splitlines() if line]
     return {job_id: [name, state.split()[0], comment, account] for job_id, name, state, comment, account in rows}
 
