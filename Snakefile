@@ -52,7 +52,31 @@ wildcard_constraints:
 SERVER = {}
 
 
+def remove_finished_checkpoints():
+    """Delete the training checkpoint of each run whose pretraining outputs Snakemake has recorded as
+    finished (leanlm/snakemake_records.py). The pretraining job leaves its final checkpoint behind: deleted
+    by the job itself, a kill between that and Snakemake's record would make the rerun train from step 0.
+    Run before the jobs (a changed setting then never meets the old run's state) and at the end."""
+    from leanlm.snakemake_records import remove_finished_checkpoints as remove
+
+    runs = {run: (f"models/{PROFILE}/{run}",
+                  [str(f.apply_wildcards({"profile": PROFILE, "run_id": run})) for f in rules.pretrain.rule.output])
+            for run in RUNS}
+    removed = remove(Path.cwd(), runs)
+    if removed:
+        print(f"leanlm: removed the training checkpoints of {len(removed)} finished run(s)", file=sys.stderr)
+
+
 onstart:
+    remove_finished_checkpoints()
+    if not workflow.local_exec:
+        # On a cluster a pretraining run longer than one job's time limit chains jobs, each resuming from
+        # the last checkpoint: the pretrain rule is resubmitted as often as the longest run can need
+        # (leanlm.cluster.pretrain_retries; the profile's `retries` applies to the other rules). Set here,
+        # not as the rule's `retries:`, because the Snakefile is read before the executor is known and a
+        # local run must not retry a failing job.
+        rules.pretrain.rule.restart_times = cluster.pretrain_retries(
+            pretrain_settings(CFG, run) for run in RUNS.values())
     if workflow.local_exec and os.environ.get(forkserver.ENV) != "off":
         SERVER["server"] = forkserver.start()
         if SERVER["server"]:
@@ -86,6 +110,7 @@ def report_failures():
 
 onsuccess:
     forkserver.stop(SERVER.pop("server", None))
+    remove_finished_checkpoints()
     summarize_benchmarks()
     # The claims' verdicts, last thing on screen (paper_tables/<profile>/claims.md has the details).
     from leanlm.claims.report import print_summary
@@ -95,6 +120,7 @@ onsuccess:
 
 onerror:
     forkserver.stop(SERVER.pop("server", None))
+    remove_finished_checkpoints()
     report_failures()
     summarize_benchmarks()
 

@@ -24,6 +24,7 @@ def scratch_root(tmp_path, monkeypatch):
 
     shutil.copytree(REPO / "params", tmp_path / "params")
     shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")  # the profiles DVC prepares (`leanlm validate` checks)
+    shutil.copy(REPO / "dvc_stages.yaml", tmp_path / "dvc_stages.yaml")  # those whose stages DVC defines
     for sub in ("schemas", "templates"):
         shutil.copytree(REPO / "workflow" / sub, tmp_path / "workflow" / sub)
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))

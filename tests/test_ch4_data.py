@@ -169,7 +169,7 @@ def test_dvc_runs_the_named_stages_for_the_profiles_that_name_data(scratch_root,
     dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())
     for kind in named_data.NAMED_KINDS:
         stage = dvc["stages"][kind]
-        assert stage["foreach"] == "${named_data_profiles}"
+        assert stage["foreach"] == "${staged_named}"  # the named-data profiles staged here (dvc_profiles.register)
         assert sorted(stage["do"]["deps"]) == sorted(f"workflow/leanlm/{m}.py" for m in named_data.STAGE_CODE[kind])
         assert stage["do"]["outs"] == [f"data/${{item}}/{kind}"]
     other = tmp_path / "dvc.yaml"

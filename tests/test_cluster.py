@@ -45,3 +45,34 @@ def test_pretraining_launches_torchrun_only_for_several_gpus_and_data_parallel_o
     assert cluster.pretrain_launcher({}, "mlm") == "leanlm"
     with pytest.raises(ConfigError, match="resources.pretrain.gpus = '4; rm'"):
         cluster.pretrain_launcher({"resources": {"pretrain": {"gpus": "4; rm"}}}, "mlm")
+
+
+def test_retries_cover_the_longest_chain_of_jobs():
+    assert cluster.pretrain_retries([{"steps": 1000, "checkpoint_every": 300}]) == 4  # 300, 600, 900, 1000
+    assert cluster.pretrain_retries([{"steps": 1000, "checkpoint_every": 300},
+                                     {"steps": 50, "checkpoint_every": 10}]) == 5
+    assert cluster.pretrain_retries([{"steps": 1000, "checkpoint_every": None}]) == 1  # cannot resume
+    assert cluster.pretrain_retries([{"steps": None, "checkpoint_every": 10}]) == 1  # hub checkpoint: no steps
+
+
+def test_paper_runs_finish_by_chaining_jobs_within_the_retries():
+    """Every pretraining run of the paper profile (the 1M-step BERT and GPT-2 runs included) reaches its last
+    step within the resubmissions a cluster allows: each job that hits its time limit writes at least one
+    checkpoint (a checkpoint interval fits in one job at the profile's step time with a factor of 10 to
+    spare), so retries + 1 jobs cover the steps whatever the real step time; at the profile's own step time
+    far fewer jobs are needed."""
+    from leanlm.runs import pretrain_settings, runs
+
+    paper = load_config("params/paper.yaml")
+    limits = cluster.job_settings(paper, "pretrain")
+    settings = [pretrain_settings(paper, run) for run in runs(paper)]
+    jobs = cluster.pretrain_retries(settings) + 1
+    chained = [s for s in settings if s.get("checkpoint_every") and s.get("steps")]
+    assert max(s["steps"] for s in chained) == 1_000_000
+    for s in chained:
+        limit = cluster.pretrain_runtime(paper, s["steps"])
+        assert jobs * s["checkpoint_every"] >= s["steps"], s
+        interval_minutes = s["checkpoint_every"] * limits["step_seconds"] / 60
+        assert limits["setup_minutes"] + 10 * interval_minutes <= limit, s
+        steps_per_job = (limit - limits["setup_minutes"]) * 60 / limits["step_seconds"]
+        assert s["steps"] / steps_per_job <= jobs, s

@@ -252,8 +252,13 @@ def test_a_new_profile_listed_in_dvc_yaml_is_valid(scratch_root, capsys):
     dvc.write_text(yaml.safe_dump(doc, sort_keys=False))
     code, out = validate(other, capsys)
     assert code == 0, out
-    # DVC's own view of dvc.yaml: the data stages of `other` read params/other.yaml
+    # DVC's own view of dvc.yaml once the profile is registered (as the data rule does before `dvc repro`):
+    # the data stages of `other` read params/other.yaml
     from dvc.repo import Repo
+
+    from leanlm.cli import main
+
+    assert main(["data", "register", "--params", str(other)]) == 0
 
     subprocess.run(["git", "init", "-q"], cwd=scratch_root, check=True)
     Repo.init(str(scratch_root), no_scm=False)

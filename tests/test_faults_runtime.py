@@ -424,3 +424,84 @@ def test_part_made_under_other_settings_is_not_reused(scratch_root):
     assert ft.finished_result(part, {**key, "model": {"config_sha256": "other"}}) is None
     part.write_text("{half a json")
     assert ft.finished_result(part, key) is None
+
+
+# ------------------------- a kill after training, before Snakemake records the outputs (issue 13)
+def _descendants_ended(pid: int) -> bool:
+    """Whether every child of ``pid`` has exited (a zombie: its stopped parent cannot reap it)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except FileNotFoundError:
+        return True
+    return all(_state(int(child)) in ("Z", None) for child in children)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def test_a_kill_before_snakemake_records_the_outputs_does_not_retrain_from_step_0(scratch_root, monkeypatch):
+    """A real Snakemake runs the pretrain rule; the moment the job has written its outputs Snakemake is
+    stopped (SIGSTOP), the job is let finish, and Snakemake is killed: the outputs exist but Snakemake never
+    recorded them, as when a node or a login session dies at that instant. The job must have left its
+    checkpoint, so the rerun Snakemake makes of the incomplete job starts at the last step, not step 0, and
+    ends with the same model; once Snakemake has recorded the outputs the checkpoint is deleted."""
+    from test_faults import snakemake, workflow_project
+
+    monkeypatch.setenv("LEANLM_FORKSERVER", "off")  # each job its own process, Snakemake's child
+    steps = 30
+    root = workflow_project(_tiny(scratch_root, steps=steps, checkpoint_every=10))
+    (paths.data_dir("smoke") / "raw").mkdir(parents=True)
+    model_dir, record = paths.models_dir("smoke") / RUN, paths.results_dir("smoke") / "runs" / RUN / "pretrain.json"
+    target = f"models/smoke/{RUN}/model.safetensors"
+    env = {**os.environ, "LEANLM_ROOT": str(root), "LEANLM_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1"}
+    snake = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", target], cwd=root, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not record.exists():
+            assert snake.poll() is None, f"snakemake ended before the job wrote its outputs:\n{snake.stderr.read()}"
+            assert time.monotonic() < deadline, "the pretraining job never wrote its outputs"
+            time.sleep(0.005)
+        os.kill(snake.pid, signal.SIGSTOP)
+        while not _descendants_ended(snake.pid):  # the job runs on to its end; Snakemake cannot see it
+            assert time.monotonic() < deadline, "the pretraining job did not end"
+            time.sleep(0.05)
+    finally:
+        if snake.poll() is None:
+            os.killpg(snake.pid, signal.SIGKILL)
+        snake.communicate(timeout=60)
+    first_weights = (model_dir / WEIGHTS_NAME).read_bytes()
+    first = json.loads(record.read_text())
+    assert first["summary"]["resumed_from"] is None
+    assert (model_dir / "checkpoint" / checkpointing.STATE_FILE).is_file(), "the job deleted its checkpoint"
+
+    assert snakemake(root, "--unlock").returncode == 0  # the killed Snakemake's lock on the folder
+    finetuned = f"results/smoke/runs/{RUN}/glue.json"
+    proc = snakemake(root, "--cores", "1", finetuned)  # the rerun of the pretraining, then a fine-tuning job
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads(record.read_text())
+    assert again["summary"]["resumed_from"] == steps  # from the final checkpoint: no step trained again
+    assert (model_dir / WEIGHTS_NAME).read_bytes() == first_weights
+    assert again["history"] == first["history"] and again["validation"] == first["validation"]
+    # Recorded now: the fine-tuning job, which Snakemake starts only after recording the pretraining it reads,
+    # deleted the checkpoint at its start (the Snakefile's hooks would have at the end of the run).
+    assert "removed the training checkpoint of the finished pretraining" in (
+        root / "logs" / "smoke" / "finetune" / RUN / "glue.log").read_text()
+    assert not (model_dir / "checkpoint").exists()
+    assert "Nothing to be done" in snakemake(root, "-n", finetuned).stdout
+
+
+def test_pretrain_outputs_are_the_rules():
+    rule = (Path(__file__).parents[1] / "workflow" / "rules" / "pretrain.smk").read_text()
+    declared = re.findall(r'^\s+\w+="([^"]+)",$', rule.split("output:")[1].split("params:")[0], re.M)
+    assert paths.pretrain_outputs("smoke", RUN) == [p.format(profile="smoke", run_id=RUN) for p in declared]
+
+
+def test_checkpoint_folder_names_agree():
+    from leanlm.snakemake_records import _checkpoint_names
+
+    assert _checkpoint_names() == (checkpointing.CHECKPOINT_DIR, checkpointing._PARTIAL, checkpointing._PREVIOUS)

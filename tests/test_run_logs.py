@@ -96,7 +96,8 @@ def test_terminal_shows_snakemakes_progress_and_the_logs_the_jobs_output(project
 
 @pytest.mark.slow
 def test_every_leanlm_command_forked_from_the_warm_leanlm(project, terminal):  # noqa: F811
-    """Each delegated command ends its log with its own usage; the data job's `dvc repro` runs four."""
+    """Each delegated command ends its log with its own usage; the data job runs `leanlm data register` and,
+    through `dvc repro`, four."""
     root, _ = project
     assert "leanlm: fork server ready" in terminal
     for log in (root / "logs").rglob("*.log"):
@@ -104,7 +105,7 @@ def test_every_leanlm_command_forked_from_the_warm_leanlm(project, terminal):  #
         assert "not using the fork server" not in text, log
         reported = [line for line in text.splitlines() if forkserver.parse_usage(line)]
         if log.name == "data.log":
-            assert len(reported) == 4, text
+            assert len(reported) == 1 + 4, text
         else:
             assert text.splitlines()[-1] == reported[0] and len(reported) == 1, log
 
@@ -116,7 +117,7 @@ def test_summary_of_the_benchmarks(project, terminal):  # noqa: F811
     assert "leanlm: benchmarks of the jobs so far: benchmarks/smoke/summary.md" in terminal
     jobs = read_benchmarks(bench, logs).set_index(["rule", "job"])
     assert sorted(jobs.index) == [("data", ""), ("finetune", f"{RUN}/glue"), ("pretrain", RUN)]
-    assert list(jobs["forked"]) == [4, 1, 1]
+    assert list(jobs["forked"]) == [1 + 4, 1, 1]  # data: register, then one command per DVC stage
     for (rule, job), row in jobs.iterrows():
         snakemake_row = pd.read_csv(bench / rule / f"{job}.tsv" if job else bench / f"{rule}.tsv", sep="\t")
         own = [forkserver.parse_usage(line) for line in (logs / (f"{rule}/{job}" if job else rule)).with_suffix(

@@ -53,6 +53,14 @@ def cmd_validate(args) -> None:
 
 
 def cmd_data(args) -> None:
+    if args.stage == "register":  # DVC defines the profile's stages from now on (leanlm.data.dvc_profiles)
+        from leanlm import paths
+        from leanlm.data.dvc_profiles import register
+
+        config = _config(args)
+        if register(config, paths.project_root() / "dvc.yaml"):
+            print(f"leanlm: DVC now defines the data stages of profile {config['profile']!r} (dvc_stages.yaml)")
+        return
     from leanlm.data.stages import run_stage
 
     run_stage(args.stage, _config(args))
@@ -61,7 +69,7 @@ def cmd_data(args) -> None:
 def cmd_pretrain(args) -> None:
     from leanlm.training.pretrain import pretrain
 
-    pretrain(_config(args), args.run)
+    pretrain(_config(args), args.run, keep_checkpoint=args.keep_checkpoint)
 
 
 def cmd_finetune(args) -> None:
@@ -178,7 +186,7 @@ def cmd_share(args) -> None:
     root, profile = project_root(), _config(args)["profile"]
     if args.action == "push":
         added = share.push(root, profile, args.remote)
-        print("pushed; commit these with dvc.lock: " + " ".join(added))
+        print("pushed; commit these with dvc.lock and dvc_stages.yaml: " + " ".join(added))
     else:
         print(f"pulled; {share.pull(root, profile, args.remote)} outputs carry their Snakemake records again")
 
@@ -195,13 +203,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="one data stage (run by `dvc repro`)")
     # corpora / tokenizers: a profile's named pretraining data (data.corpora, data.tokenizers; paper: SlimPajama,
     # Pythia's and RoBERTa's BPE), which DVC runs as `python -m leanlm.data.pretrain_data`.
-    p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks", "corpora", "tokenizers"])
+    # register: enter the profile in dvc_stages.yaml, so that DVC defines its stages (the data rules run it first).
+    p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks", "corpora", "tokenizers", "register"])
     _params_arg(p)
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("pretrain", help="pretrain one model of the experiment matrix")
     _params_arg(p)
     p.add_argument("--run", required=True, help="run id, e.g. ch3_encoder-mhe_mul (see `leanlm validate`)")
+    p.add_argument("--keep-checkpoint", action="store_true",
+                   help="leave the final training checkpoint in the run folder (the pipeline deletes it once "
+                        "Snakemake has recorded the outputs); by default it is deleted once the model is written")
     p.set_defaults(func=cmd_pretrain)
 
     p = sub.add_parser("finetune", help="fine-tune and evaluate one model on one task family, all seeds")

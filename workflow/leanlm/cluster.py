@@ -6,8 +6,10 @@ Snakemake runs on (the Snakefile's ``localrules``). The values reach SLURM throu
 and ``resources`` (workflow/profiles/slurm), so the slurm profile itself needs no per-rule settings.
 
 A pretraining job's time limit follows its step count: ``steps x step_seconds / 60 + setup_minutes``,
-at most ``max_runtime``. A run longer than that goes on in the next job from its last checkpoint (the
-slurm profile's ``retries``): a guess too small costs a resubmission, never the work done.
+at most ``max_runtime``. A run longer than that goes on in the next job from its last checkpoint: on a
+cluster the pretrain rule is resubmitted up to :func:`pretrain_retries` times (the Snakefile sets it at
+the start of a cluster run; locally a failed job is not retried), enough for the longest run to finish
+however slow its steps turn out, so a guess too small costs resubmissions, never the work done.
 
 Where the jobs go is the cluster's business, not the profile's, and is set once in the environment of
 the ``snakemake`` command (each variable alone; unset ones keep their default):
@@ -22,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
+from typing import Iterable
 
 from leanlm.errors import ConfigError
 
@@ -57,6 +60,22 @@ def pretrain_runtime(config: dict, steps: int | None) -> int:
     s = job_settings(config, "pretrain")
     wanted = s["setup_minutes"] + math.ceil((steps or 0) * s["step_seconds"] / 60)
     return max(1, min(s["max_runtime"], wanted))
+
+
+def pretrain_retries(settings: Iterable[dict]) -> int:
+    """How many times a cluster resubmits a failed pretraining job: enough for every run whose pretrain
+    ``settings`` (one dict per run: ``steps``, ``checkpoint_every``) are given to finish by chaining jobs.
+
+    A job that reaches its time limit has written at least one new checkpoint, unless its limit is
+    shorter than ``checkpoint_every`` steps, in which case no number of jobs would finish the run. So a
+    run needs at most ``ceil(steps / checkpoint_every)`` jobs whatever its speed (the profile's
+    ``step_seconds`` is only a guess): the retries are that count for the longest chain (one job more
+    than needed, a spare for a node failure). Runs without checkpoints cannot resume and add nothing; a
+    profile without any gets 1 (one retry for a node failure).
+    """
+    chains = [math.ceil(s["steps"] / s["checkpoint_every"]) for s in settings
+              if s.get("checkpoint_every") and s.get("steps")]
+    return max(chains, default=1)
 
 
 def placement(gpu_count: int, environ=os.environ) -> dict:

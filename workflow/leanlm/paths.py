@@ -37,6 +37,13 @@ def results_dir(profile: str) -> Path:
     return project_root() / "results" / profile
 
 
+def pretrain_outputs(profile: str, run_id: str) -> list[str]:
+    """The pretrain rule's outputs for one run (workflow/rules/pretrain.smk), relative to the project root,
+    as Snakemake names them in its records."""
+    return [f"models/{profile}/{run_id}/model.safetensors", f"models/{profile}/{run_id}/config.json",
+            f"results/{profile}/runs/{run_id}/pretrain.json"]
+
+
 def tables_dir(profile: str) -> Path:
     return project_root() / "paper_tables" / profile
 

@@ -20,18 +20,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from base64 import urlsafe_b64decode, urlsafe_b64encode
 from pathlib import Path
 
 from leanlm.data.dvc_profiles import dvc_profiles
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import write_json
+from leanlm.snakemake_records import METADATA, decode as _decode, record_path as _record_path
 
 SHARED_DIRS = ("models", "results", "paper_tables")  # Snakemake's outputs, one dvc-added folder each per profile
 DATA_STAGES = ("fetch", "corpus", "tokenizer", "tasks")
 NAMED_DATA_STAGES = ("corpora", "tokenizers")  # only for dvc.yaml's named_data_profiles
 RECORDS_NAME = "SNAKEMAKE_RECORDS.json"
-METADATA = Path(".snakemake") / "metadata"  # Snakemake's file persistence: one JSON record per output
 
 
 def records_file(root: Path, profile: str) -> Path:
@@ -40,22 +39,6 @@ def records_file(root: Path, profile: str) -> Path:
 
 def _prefixes(profile: str) -> tuple[str, ...]:
     return tuple(f"{top}/{profile}/" for top in ("data", *SHARED_DIRS))
-
-
-def _decode(record: Path, metadata: Path) -> str:
-    # Snakemake names a record by the urlsafe base64 of the output path, split into folders of at most
-    # NAME_MAX characters, every part but the last prefixed with '@'.
-    parts = record.relative_to(metadata).parts
-    return urlsafe_b64decode("".join(p.removeprefix("@") for p in parts)).decode()
-
-
-def _record_path(metadata: Path, key: str) -> Path:
-    # The inverse of _decode, as Snakemake's FilePersistence._record_path builds it.
-    max_len = os.pathconf(metadata, "PC_NAME_MAX") if os.name == "posix" else 255
-    max_len = max_len or 255
-    b64 = urlsafe_b64encode(key.encode()).decode()
-    parts = [b64[i:i + max_len - 1] for i in range(0, len(b64), max_len - 1)]
-    return metadata.joinpath(*(["@" + p for p in parts[:-1]] + [parts[-1]]))
 
 
 def collect_records(root: Path, profile: str) -> dict[str, dict]:

@@ -53,7 +53,9 @@ rule data:
     benchmark:
         f"benchmarks/{PROFILE}/data.tsv",
     shell:
-        "dvc repro --single-item fetch@{PROFILE:q} corpus@{PROFILE:q} tokenizer@{PROFILE:q} tasks@{PROFILE:q} > {log:q} 2>&1"
+        # register: DVC defines the profile's stages from now on (dvc_stages.yaml, leanlm.data.dvc_profiles)
+        "leanlm data register {P} > {log:q} 2>&1 && "
+        "dvc repro --single-item fetch@{PROFILE:q} corpus@{PROFILE:q} tokenizer@{PROFILE:q} tasks@{PROFILE:q} >> {log:q} 2>&1"
 
 
 # One rule per kind (DVC stage corpora@<profile> / tokenizers@<profile>, leanlm.data.pretrain_data), so a
@@ -78,7 +80,7 @@ if NAMED_DATA["corpora"]:
         benchmark:
             f"benchmarks/{PROFILE}/data_corpora.tsv",
         shell:
-            "dvc repro --single-item corpora@{PROFILE:q} > {log:q} 2>&1"
+            "leanlm data register {P} > {log:q} 2>&1 && dvc repro --single-item corpora@{PROFILE:q} >> {log:q} 2>&1"
 
 
 if NAMED_DATA["tokenizers"]:
@@ -99,7 +101,7 @@ if NAMED_DATA["tokenizers"]:
         benchmark:
             f"benchmarks/{PROFILE}/data_tokenizers.tsv",
         shell:
-            "dvc repro --single-item tokenizers@{PROFILE:q} > {log:q} 2>&1"
+            "leanlm data register {P} > {log:q} 2>&1 && dvc repro --single-item tokenizers@{PROFILE:q} >> {log:q} 2>&1"
 
 
 def data_inputs(*names):

@@ -34,4 +34,7 @@ rule pretrain:
     benchmark:
         "benchmarks/{profile}/pretrain/{run_id}.tsv",
     shell:
-        "OMP_NUM_THREADS={threads} {params.launch} pretrain {P} --run {wildcards.run_id:q} > {log:q} 2>&1"
+        # --keep-checkpoint: the final training state stays until Snakemake has recorded the outputs (the
+        # Snakefile's hooks delete it then), so a job killed after training never starts again from step 0.
+        "OMP_NUM_THREADS={threads} {params.launch} pretrain {P} --run {wildcards.run_id:q} --keep-checkpoint "
+        "> {log:q} 2>&1"

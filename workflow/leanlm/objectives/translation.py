@@ -278,11 +278,12 @@ class TranslationObjective(PretrainObjective):
     metric = "translation"
 
     def run(self, config: dict, run) -> dict:
-        return train_translation(config, run)
+        return train_translation(config, run, keep_checkpoint=self.keep_checkpoint)
 
 
-def train_translation(config: dict, run) -> dict:
-    """Train the run's encoder-decoder from scratch; see the module docstring for what is written."""
+def train_translation(config: dict, run, keep_checkpoint: bool = False) -> dict:
+    """Train the run's encoder-decoder from scratch; see the module docstring for what is written.
+    ``keep_checkpoint``: leave the final training checkpoint (PretrainObjective.keep_checkpoint)."""
     run_id, profile = run.run_id, config["profile"]
     settings = pretrain_settings(config, run)  # the size's overrides included (BIG: 300K steps)
     where = f"{config['_params_file']}: pretrain.translation"
@@ -345,7 +346,8 @@ def train_translation(config: dict, run) -> dict:
         epochs.write_manifest()
 
     write_model_and_record(record_path(profile, run_id), record, write_model)
-    trainer.remove_checkpoint()
+    if not keep_checkpoint:
+        trainer.remove_checkpoint()
     log.info("%s: final loss %.4f, validation loss %.4f", run_id, summary["final_loss"], val_loss)
     return record
 

@@ -81,6 +81,10 @@ class PretrainObjective(abc.ABC):
     head: str = ""
     metric: str = "loss"
     data_parallel: bool = False  # whether run() can be one of several torchrun processes
+    # Leave the final training checkpoint in the run folder once the outputs are written (the pipeline's
+    # pretrain rule asks for it: the Snakefile deletes it once Snakemake has recorded the outputs, so a
+    # job killed in between resumes at its last step instead of from step 0). By hand it is deleted.
+    keep_checkpoint: bool = False
 
     @abc.abstractmethod
     def run(self, config: dict, run) -> dict:
@@ -242,8 +246,9 @@ def write_model_and_record(path, record: dict, write_model) -> None:
         write_model()
 
 
-def pretrain(config: dict, run_id: str) -> dict:
+def pretrain(config: dict, run_id: str, keep_checkpoint: bool = False) -> dict:
     """Pretrain (or, for translation, train) the run ``run_id`` with its experiment's objective.
+    ``keep_checkpoint``: leave the final training checkpoint (:attr:`PretrainObjective.keep_checkpoint`).
 
     Both output folders are checked writable before any work, and the run is locked against a second
     job training it at the same time (checkpointing.run_lock). Under torchrun (WORLD_SIZE > 1) every
@@ -262,7 +267,9 @@ def pretrain(config: dict, run_id: str) -> dict:
                 f"only, but {world_size} were started (WORLD_SIZE); run it without torchrun"
             )
         with _locked_once(config, run_id, rank):
-            return objective().run(config, run)
+            maker = objective()
+            maker.keep_checkpoint = keep_checkpoint
+            return maker.run(config, run)
     finally:
         cleanup_distributed()
 
@@ -359,7 +366,8 @@ def _train_and_write(config: dict, run, objective: PackedTextObjective, settings
     clock.finish()
     if trainer.rank != 0:  # rank 0 alone scores, writes and logs; the others wait for it to finish
         barrier()
-        trainer.remove_checkpoint()
+        if not objective.keep_checkpoint:
+            trainer.remove_checkpoint()
         return broadcast_object(None)
     device = next(model.parameters()).device
     val_loss = validation_loss(model, batches, valid_seqs, device)
@@ -391,7 +399,8 @@ def _train_and_write(config: dict, run, objective: PackedTextObjective, settings
     }
     write_model_and_record(record_path(profile, run_id), record, write_model)
     barrier()
-    trainer.remove_checkpoint()
+    if not objective.keep_checkpoint:
+        trainer.remove_checkpoint()
     broadcast_object(record)
     log.info("%s: final loss %.4f, validation %s loss %.4f", run_id, summary["final_loss"], objective.metric, val_loss)
     return record
