@@ -89,3 +89,12 @@ def test_bench_refuses_what_it_cannot_measure(capsys):
                            "seq_len=4096 exceeds")):
         assert main(["bench", *args, "--device", "cpu"]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_build_only_times_the_batches_of_a_paper_size_run_without_a_model(tmp_path):
+    out = tmp_path / "build.json"
+    assert main(["bench", "--config", "ch4_standard_500m", "--batch-size", "2", "--steps", "1", "--warmup", "0",
+                 "--build-only", "--device", "cpu", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["build_only"] and result["batch_ms"] > 0 and "step_ms" not in result
+    assert (result["seq_len"], result["objective"], result["run"]) == (2048, "causal_lm", "ch4_uniform-standard")

@@ -124,6 +124,7 @@ def cmd_bench(args) -> None:
         dtype=args.dtype,
         compile=args.compile,
         prefetch=args.prefetch,
+        build_only=args.build_only,
         **chosen,
     )
     print(format_report(report))
@@ -247,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="torch.compile the model (as pretrain's compile: true)")
     p.add_argument("--prefetch", type=int, default=2,
                    help="micro-batches built ahead in the timed loop (default 2; 0: inline)")
+    p.add_argument("--build-only", action="store_true",
+                   help="time the batch building alone (no model; the host's share at any size)")
     p.add_argument("--out", default=None, help="also write the report as JSON here")
     p.set_defaults(func=cmd_bench)
 

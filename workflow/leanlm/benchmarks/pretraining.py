@@ -193,12 +193,13 @@ def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, devi
 def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, seq_len: int = 128,
               steps: int = 20, device: str = "auto", dtype: str = "auto", *, warmup: int = 3,
               mask_prob: float = 0.15, compile: bool = False, prefetch: int = 2, seed: int = 0,
-              params: str | None = None, run: str | None = None) -> dict[str, Any]:
+              params: str | None = None, run: str | None = None, build_only: bool = False) -> dict[str, Any]:
     """Time pretraining steps (module docstring); returns the measurements.
 
     With ``run`` (and ``params``, the profile holding it) the model, objective and masking rate are that
     run's; otherwise a BERT ``size`` preset with ``attention`` trains MLM. ``dtype`` is the autocast
-    precision (bf16 by default on CUDA, fp32 on CPU); weights and AdamW states stay fp32.
+    precision (bf16 by default on CUDA, fp32 on CPU); weights and AdamW states stay fp32. ``build_only``
+    times the batch building alone (no model: the host's side of a paper-size batch on any machine).
     """
     if steps < 1 or warmup < 0 or batch_size < 1 or seq_len < 2 or prefetch < 0:
         raise ConfigError(f"bench needs steps>=1, warmup>=0, batch_size>=1, seq_len>=2, prefetch>=0; got "
@@ -233,6 +234,11 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
         count_tokens(batch)
         built.append(pinned(batch) if pin else batch)
     batch_seconds = (time.perf_counter() - started) / steps
+    head_fields = {"model": label, "run": run, "size": None if run else size, "attention": model_config.attention,
+                   "objective": objective, "batch_size": batch_size, "seq_len": seq_len, "steps": steps,
+                   "warmup": warmup, "batch_ms": 1000.0 * batch_seconds}
+    if build_only:
+        return {**head_fields, "build_only": True, "device": "cpu", "pinned": pin}
 
     torch.manual_seed(seed)
     model = build_model(model_config, head)
@@ -260,21 +266,13 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
     mm_precision = matmul_precision(dev, precision)
     peak = peak_flops(device_name, mm_precision) if dev.type == "cuda" else None
     return {
-        "model": label,
-        "run": run,
-        "size": None if run else size,
-        "attention": model_config.attention,
-        "objective": objective,
+        **head_fields,
+        "build_only": False,
         "device": device_name,
         "dtype": precision,
         "matmul_precision": mm_precision,
-        "batch_size": batch_size,
-        "seq_len": seq_len,
-        "steps": steps,
-        "warmup": warmup,
         "compile": compile,
         "prefetch": prefetch,
-        "batch_ms": 1000.0 * batch_seconds,
         "step_ms": 1000.0 * step_seconds,
         "loop_ms": 1000.0 * loop_seconds,
         "tokens_per_s": tokens / loop_seconds,
@@ -295,6 +293,10 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
 
 def format_report(result: dict[str, Any]) -> str:
     """A few readable lines of a :func:`run_bench` result."""
+    if result.get("build_only"):
+        return (f"{result['objective']} batches, {result['model']}: batch {result['batch_size']} x seq "
+                f"{result['seq_len']}, {result['steps']} timed after {result['warmup']} warm-up\n"
+                f"  batch build {result['batch_ms']:.1f} ms/step{' (pinned)' if result['pinned'] else ''}")
     def pct(value):
         return f"{100 * value:.1f}%" if value is not None else "n/a"
 
