@@ -15,7 +15,7 @@ from leanlm.cli import main
 from leanlm.config import load_config
 from leanlm.runs import get_run, pretrain_settings
 
-FIELDS = ("batch_ms", "step_ms", "loop_ms", "tokens_per_s", "step_tokens_per_s", "peak_memory_bytes",
+FIELDS = ("batch_ms", "step_ms", "loop_ms", "batch_cpu_ms", "step_cpu_ms", "loop_cpu_ms", "tokens_per_s", "step_tokens_per_s", "peak_memory_bytes",
           "peak_memory_kind", "flops_per_token", "mfu", "step_mfu", "peak_flops", "matmul_precision", "losses")
 
 
@@ -98,3 +98,22 @@ def test_build_only_times_the_batches_of_a_paper_size_run_without_a_model(tmp_pa
     result = json.loads(out.read_text())
     assert result["build_only"] and result["batch_ms"] > 0 and "step_ms" not in result
     assert (result["seq_len"], result["objective"], result["run"]) == (2048, "causal_lm", "ch4_uniform-standard")
+
+
+def test_the_gpu_commands_in_docs_are_valid_bench_commands():
+    """docs/benchmarks.md's commands for a GPU, as written there: each parses with `leanlm bench`'s own
+    parser and names a configuration that exists (they need a GPU to run at these sizes; the CPU tests
+    above run the same code at tiny sizes)."""
+    import shlex
+    from pathlib import Path
+
+    from leanlm.cli import build_parser
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    commands = [line.strip() for line in docs.splitlines() if line.strip().startswith("leanlm bench ")]
+    configs = set()
+    for command in commands:
+        args = build_parser().parse_args(shlex.split(command)[1:])
+        assert args.config in BENCH_CONFIGS, command
+        configs.add(args.config)
+    assert configs == set(BENCH_CONFIGS)  # every named configuration has its command there

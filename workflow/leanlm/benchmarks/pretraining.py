@@ -180,14 +180,22 @@ def _batches(objective: str, model_config: ModelConfig, rows: torch.Tensor, batc
     return CausalLMBatches(rows, batch_size=batch_size, grad_accum=1, seed=0)
 
 
-def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, device: torch.device) -> tuple[float, Trainer]:
-    """Seconds per step of a Trainer run over ``batch_at``, from the start of step ``warmup`` to the end."""
-    starts: dict[int, float] = {}
-    trainer = Trainer(model, config, batch_at, None, on_step_start=lambda s: starts.setdefault(s, time.perf_counter()))
+def _clock() -> tuple[float, float]:
+    """(wall, process CPU) seconds; CPU time counts every thread of the process, the prefetcher's too."""
+    return time.perf_counter(), time.process_time()
+
+
+def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int,
+               device: torch.device) -> tuple[float, float, Trainer]:
+    """(wall, CPU) seconds per step of a Trainer run over ``batch_at``, from the start of step ``warmup``
+    to the end."""
+    starts: dict[int, tuple[float, float]] = {}
+    trainer = Trainer(model, config, batch_at, None, on_step_start=lambda s: starts.setdefault(s, _clock()))
     trainer.fit()  # reads the losses back at the end: the device has finished
     _synchronize(device)
-    end = time.perf_counter()
-    return (end - starts[warmup]) / (config.total_steps - warmup), trainer
+    (wall, cpu), (wall0, cpu0) = _clock(), starts[warmup]
+    timed = config.total_steps - warmup
+    return (wall - wall0) / timed, (cpu - cpu0) / timed, trainer
 
 
 def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, seq_len: int = 128,
@@ -226,17 +234,19 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
 
     # 1. Batch building alone, on the host.
     pin = dev.type == "cuda"
-    built, started = [], time.perf_counter()
+    built, started = [], _clock()
     for step in range(total):
         if step == warmup:
-            started = time.perf_counter()
+            started = _clock()
         batch = batches(step, 0)
         count_tokens(batch)
         built.append(pinned(batch) if pin else batch)
-    batch_seconds = (time.perf_counter() - started) / steps
+    ended = _clock()
+    batch_seconds, batch_cpu = (ended[0] - started[0]) / steps, (ended[1] - started[1]) / steps
     head_fields = {"model": label, "run": run, "size": None if run else size, "attention": model_config.attention,
                    "objective": objective, "batch_size": batch_size, "seq_len": seq_len, "steps": steps,
-                   "warmup": warmup, "batch_ms": 1000.0 * batch_seconds}
+                   "warmup": warmup, "batch_ms": 1000.0 * batch_seconds,
+                   "batch_cpu_ms": 1000.0 * batch_cpu}
     if build_only:
         return {**head_fields, "build_only": True, "device": "cpu", "pinned": pin}
 
@@ -248,13 +258,13 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     # 2. The step on batches built beforehand.
-    step_seconds, _ = _timed_fit(model, train_config, lambda step, micro: built[step], warmup, dev)
+    step_seconds, step_cpu, _ = _timed_fit(model, train_config, lambda step, micro: built[step], warmup, dev)
     del built
     # 3. The loop as training runs it, batches built while it trains (a fresh model: the same start).
     torch.manual_seed(seed)
     model = build_model(model_config, head)
     loop_config = TrainConfig(**{**train_config.__dict__, "prefetch": prefetch})
-    loop_seconds, loop_trainer = _timed_fit(model, loop_config, batches, warmup, dev)
+    loop_seconds, loop_cpu, loop_trainer = _timed_fit(model, loop_config, batches, warmup, dev)
     if dev.type == "cuda":
         peak_memory, memory_kind = torch.cuda.max_memory_allocated(dev), "cuda max_memory_allocated"
     else:
@@ -275,6 +285,10 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
         "prefetch": prefetch,
         "step_ms": 1000.0 * step_seconds,
         "loop_ms": 1000.0 * loop_seconds,
+        # CPU seconds of the whole process per step (all threads): on a shared machine, what the work
+        # cost, where the wall clocks above also hold the time spent waiting for a core.
+        "step_cpu_ms": 1000.0 * step_cpu,
+        "loop_cpu_ms": 1000.0 * loop_cpu,
         "tokens_per_s": tokens / loop_seconds,
         "step_tokens_per_s": tokens / step_seconds,
         "peak_memory_bytes": int(peak_memory),
@@ -296,7 +310,8 @@ def format_report(result: dict[str, Any]) -> str:
     if result.get("build_only"):
         return (f"{result['objective']} batches, {result['model']}: batch {result['batch_size']} x seq "
                 f"{result['seq_len']}, {result['steps']} timed after {result['warmup']} warm-up\n"
-                f"  batch build {result['batch_ms']:.1f} ms/step{' (pinned)' if result['pinned'] else ''}")
+                f"  batch build {result['batch_ms']:.1f} ms/step wall, {result['batch_cpu_ms']:.1f} ms CPU"
+                f"{' (pinned)' if result['pinned'] else ''}")
     def pct(value):
         return f"{100 * value:.1f}%" if value is not None else "n/a"
 
@@ -307,7 +322,9 @@ def format_report(result: dict[str, Any]) -> str:
         f"  batch {result['batch_size']} x seq {result['seq_len']}, {result['steps']} timed steps "
         f"after {result['warmup']} warm-up, prefetch {result['prefetch']}",
         f"  batch build {result['batch_ms']:.1f} ms/step | step {result['step_ms']:.1f} ms | "
-        f"loop {result['loop_ms']:.1f} ms/step",
+        f"loop {result['loop_ms']:.1f} ms/step (wall)",
+        f"  CPU time: batch build {result['batch_cpu_ms']:.1f} | step {result['step_cpu_ms']:.1f} | "
+        f"loop {result['loop_cpu_ms']:.1f} ms/step (all threads)",
         f"  {result['tokens_per_s']:,.0f} tokens/s (step alone {result['step_tokens_per_s']:,.0f}), "
         f"MFU {pct(result['mfu'])} (step alone {pct(result['step_mfu'])}){why}",
         f"  peak memory {result['peak_memory_bytes'] / 2**20:,.0f} MiB ({result['peak_memory_kind']})",
