@@ -154,14 +154,14 @@ def test_step_clock_leaves_out_the_first_step(monkeypatch):
     ticks = iter([0.0, 10.0, 11.0, 12.0, 13.0])  # step 0 starts at 0, takes 10 s (warm-up)
     monkeypatch.setattr(step_timing.time, "perf_counter", lambda: next(ticks))
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    clock = step_timing.StepClock(lambda step, micro: {"step": step}, samples_per_step=4)
+    clock = step_timing.StepClock(samples_per_step=4)
     for step in range(4):
-        for micro in range(2):
-            assert clock(step, micro) == {"step": step}
+        for _ in range(2):  # a step is marked once, at its start
+            clock.mark(step)
     clock.finish()
     timing = clock.timing()
     assert timing["timed_steps"] == 3 and timing["seconds_per_sample"] == pytest.approx(3.0 / 12)
-    assert step_timing.StepClock(lambda s, m: None, 4).timing()["seconds_per_sample"] is None
+    assert step_timing.StepClock(4).timing()["seconds_per_sample"] is None
     results = [{"inference_seconds": 1.0, "inference_examples": 10}, {"inference_seconds": 3.0, "inference_examples": 30}]
     assert step_timing.inference_timing(results)["inference_seconds_per_sample"] == pytest.approx(0.1)
 

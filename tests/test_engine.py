@@ -233,19 +233,23 @@ def test_kill_between_renames_is_recovered(tmp_path):
 
 
 # ----------------------------------------------------------------------- failures, early stopping
-def test_nan_loss_stops_before_the_update(tmp_path):
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_nan_loss_stops_before_the_update(tmp_path, prefetch):
     model = fresh_model()
     seen = {}
 
     def poisoned(step, micro):
         batch = make_batch(step, micro)
         if step == 3:
-            seen["weights"] = weights(model)  # the weights after step 2's update
             batch["y"] = torch.full_like(batch["y"], float("nan"))
         return batch
 
+    def step_starts(step):  # batches are built ahead, so the weights are taken when step 3 starts
+        if step == 3:
+            seen["weights"] = weights(model)  # the weights after step 2's update
+
     with pytest.raises(TrainingError) as err:
-        Trainer(model, config(), poisoned, tmp_path / "run").fit()
+        Trainer(model, config(prefetch=prefetch), poisoned, tmp_path / "run", on_step_start=step_starts).fit()
     message = str(err.value)
     assert "step 3" in message and "nan" in message and str(tmp_path / "run") in message
     assert_same_weights(seen["weights"], weights(model))

@@ -113,16 +113,33 @@ def cmd_claims(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from leanlm.benchmarks.pretraining import format_report, run_bench
+    from leanlm.benchmarks.pretraining import BENCH_CONFIGS, format_report, run_bench
+    from leanlm.errors import ConfigError
 
+    chosen = {}
+    if args.config is not None:
+        if args.config not in BENCH_CONFIGS:
+            raise ConfigError(f"--config {args.config!r} is unknown; one of {', '.join(BENCH_CONFIGS)}")
+        chosen = dict(BENCH_CONFIGS[args.config])
+    if args.run is not None:
+        chosen.update(run=args.run, params=args.params or "params/paper.yaml")
+    elif args.params is not None:
+        raise ConfigError("--params names the profile of --run; give --run too (or --config)")
+    # Flags given on the command line win over the named configuration's batch and length.
+    for key, default in (("batch_size", 8), ("seq_len", 512)):
+        value = getattr(args, key)
+        chosen[key] = value if value is not None else chosen.get(key, default)
     report = run_bench(
         size=args.size,
         attention=args.attention,
-        batch_size=args.batch_size,
-        seq_len=args.seq_len,
         steps=args.steps,
+        warmup=args.warmup,
         device=args.device,
         dtype=args.dtype,
+        compile=args.compile,
+        prefetch=args.prefetch,
+        build_only=args.build_only,
+        **chosen,
     )
     print(format_report(report))
     if args.out:
@@ -246,14 +263,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draws", type=int, default=2000, help="bootstrap draws per comparison (default: 2000)")
     p.set_defaults(func=cmd_claims)
 
-    p = sub.add_parser("bench", help="pretraining throughput (tokens/s; MFU on GPU) for a named configuration")
-    p.add_argument("--size", default="base", help="backbone size, e.g. base (BERT-base) or tiny")
-    p.add_argument("--attention", default="mha", help="attention variant, e.g. mha, mhe_mul")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=512)
-    p.add_argument("--steps", type=int, default=10)
+    p = sub.add_parser("bench", help="pretraining throughput: batch build and step time, tokens/s, peak memory, "
+                                     "MFU on GPU")
+    p.add_argument("--config", default=None,
+                   help="a named configuration: bert_base_mha, bert_base_mhe_mul (32 x 512), ch4_standard_500m, "
+                        "ch4_approximate_500m (8 x 2048); see leanlm.benchmarks.pretraining.BENCH_CONFIGS")
+    p.add_argument("--run", default=None, help="bench this run of --params (its model, objective, vocabulary)")
+    p.add_argument("--params", default=None, metavar="FILE", help="the profile of --run (default: params/paper.yaml)")
+    p.add_argument("--size", default="base", help="without --run/--config: BERT preset size, e.g. base or tiny")
+    p.add_argument("--attention", default="mha", help="without --run/--config: attention variant, e.g. mha, mhe_mul")
+    p.add_argument("--batch-size", type=int, default=None, help="default: the configuration's, else 8")
+    p.add_argument("--seq-len", type=int, default=None, help="default: the configuration's, else 512")
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (as pretrain's compile: true)")
+    p.add_argument("--prefetch", type=int, default=2,
+                   help="micro-batches built ahead in the timed loop (default 2; 0: inline)")
+    p.add_argument("--build-only", action="store_true",
+                   help="time the batch building alone (no model; the host's share at any size)")
     p.add_argument("--out", default=None, help="also write the report as JSON here")
     p.set_defaults(func=cmd_bench)
 

@@ -1,25 +1,48 @@
-"""Throughput of one MLM pretraining step (forward + backward + AdamW) of BertForMLM.
+"""Throughput of pretraining (``leanlm bench``): batch building and the training step, measured apart.
 
-``run_bench`` times ``steps`` optimiser steps on one fixed random batch (data loading excluded;
-warm-up steps excluded from the clock; CUDA synchronised before the clock is read) and reports
-tokens/s, ms/step and, on GPUs, model FLOPs utilisation (MFU).
+What is timed is what a run does: the objective's own batch builder (``MLMBatches`` or
+``CausalLMBatches`` of :mod:`leanlm.training.pretrain`) over packed rows of random token ids, and the
+training engine (:class:`~leanlm.training.engine.Trainer`: autocast, fused AdamW on CUDA, gradient
+clipping, the background prefetcher, ``compile``). Three clocks, each after ``warmup`` untimed steps:
 
-FLOPs per token (forward + backward), following Kaplan et al. (2020) / PaLM's MFU accounting::
+- ``batch_ms``: building one optimizer step's batches on the host (``batch_at`` + token count, and the
+  copy into pinned memory on CUDA), inline, nothing else running;
+- ``step_ms``: one optimizer step on batches built beforehand (host-to-device copy, forward, backward,
+  clipping, AdamW), i.e. the device's share;
+- ``loop_ms``: one step of the real loop, batches built as training builds them (``prefetch`` of them
+  ahead in a background thread; ``--prefetch 0``: inline). With prefetching the loop approaches
+  ``max(batch_ms, step_ms)`` where the host has a core to spare, without it ``batch_ms + step_ms``.
 
-    6 * N  +  12 * n_layers * seq_len * h * d_h
+``tokens_per_s`` and ``mfu`` come from ``loop_ms`` (``step_tokens_per_s``, ``step_mfu`` from
+``step_ms``). The clocks stop after the device has finished (the loop reads its losses back at the end).
+Packed rows are held in memory here, where a run gathers them from a memory-mapped token stream; on
+the dev machine the gather is a small part of ``batch_ms`` (the masking is most of it).
 
-where N is the number of non-embedding parameters (every matmul weight costs 2 FLOPs per token
-forward and 4 backward) and the second term is the attention scores and their weighted sum
-(QK^T and AV: 2 * 2 * L * h * d_h forward per token and layer, times 3 for backward). h is the number
-of attention maps the variant actually computes (``score_heads``): n for MHA/MHE, 1 for SHA.
-The vocabulary projection, which here runs only at the ~15% masked positions and reuses the
-embedding matrix, is not counted, nor are norms, activations and softmax: MFU is a lower bound.
+Which model: ``--run`` names a run of a profile (``--params``; its model, objective, sequence length,
+vocabulary rows and masking rate), so the ch. 4 decoders are the paper profile's own ``qwen_500m``
+(:data:`BENCH_CONFIGS`); or ``--size``/``--attention`` pick a BERT preset for MLM (BERT-base by default).
+
+FLOPs per token (forward + backward) are the budget's accounting (:mod:`leanlm.budget`)::
+
+    6 N  +  12 seq_len sum_layers(h_scores d_h)  +  6 V d f_out
+
+N: non-embedding parameters; the second term softmax attention's QK^T and AV (Kaplan et al. 2020,
+PaLM's MFU), for the score maps the variant computes (none for Approximate, whose Taylor-feature work
+is therefore not counted: its MFU is a floor); the last the output projection at the predicted
+positions (f_out: the masking rate for MLM, 1 for causal LM). Norms, activations and softmax are not
+counted.
+
+MFU = achieved FLOP/s over the device's dense peak *for the precision the matmuls ran in*
+(:data:`PEAK_FLOPS`): bf16 autocast against the bf16 tensor-core peak, fp32 against the fp32 peak, or the
+TF32 peak when torch lets fp32 matmuls use TF32 (``torch.backends.cuda.matmul.allow_tf32``). No MFU on
+CPU (no peak is known for it) or on a GPU missing from the table.
 """
 
 from __future__ import annotations
 
+import resource
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -31,51 +54,101 @@ from leanlm.modeling.counting import (
     non_embedding_parameters,
     total_parameters,
 )
-from leanlm.modeling.heads import IGNORE_INDEX, BertForMLM
+from leanlm.modeling.heads import BertForMLM
+from leanlm.modeling.models import build_model
+from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.prefetch import count_tokens, pinned
+from leanlm.training.pretrain import CausalLMBatches, MLMBatches
 
-# Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets, matched as substrings of
-# torch.cuda.get_device_name(); more specific names first ("H100 PCIe" before "H100").
-PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
-    ("H100 PCIe", 756e12),
-    ("H100 NVL", 835e12),
-    ("H100", 989e12),
-    ("H200", 989e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L40", 181e12),
-    ("L4", 121e12),
+# Dense (no sparsity) peak FLOP/s by precision, from NVIDIA's data sheets (the "Tensor Core" rows, whose
+# starred values assume 2:4 sparsity and are halved here; FP32 is the non-tensor-core row):
+#   H100 SXM / H200 SXM: H100 data sheet (nvidia.com/en-gb/data-center/h100, table "Technical
+#     Specifications") and H200 data sheet: FP32 67 TF, TF32 989* -> 494, BF16/FP16 1,979* -> 989.
+#   H100 PCIe: FP32 51, TF32 756* -> 378, BF16/FP16 1,513* -> 756.   H100 NVL: FP32 60, TF32 835* -> 417,
+#     BF16/FP16 1,671* -> 835.
+#   A100 (SXM and PCIe; A100 data sheet): FP32 19.5, TF32 156, BF16/FP16 312 (dense figures).
+#   L40S: FP32 91.6, TF32 183, BF16/FP16 362.   L40: FP32 90.5, TF32 90.5, BF16/FP16 181.
+#   L4: FP32 30.3, TF32 60, BF16/FP16 121.
+# Matched as substrings of torch.cuda.get_device_name(), more specific names first ("H100 PCIe" before
+# "H100"). An "H100 80GB HBM3" is the SXM part.
+PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H100 PCIe", {"bf16": 756e12, "fp16": 756e12, "tf32": 378e12, "fp32": 51e12}),
+    ("H100 NVL", {"bf16": 835e12, "fp16": 835e12, "tf32": 417e12, "fp32": 60e12}),
+    ("H100", {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12}),
+    ("H200", {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12}),
+    ("A100", {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12}),
+    ("L40S", {"bf16": 362e12, "fp16": 362e12, "tf32": 183e12, "fp32": 91.6e12}),
+    ("L40", {"bf16": 181e12, "fp16": 181e12, "tf32": 90.5e12, "fp32": 90.5e12}),
+    ("L4", {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12, "fp32": 30.3e12}),
 )
+# The bf16 column, for `leanlm budget --gpu` (which assumes bf16 training).
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = tuple((name, peaks["bf16"]) for name, peaks in PEAK_FLOPS)
 
-DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
-          "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
+PRECISIONS = {"bfloat16": "bf16", "bf16": "bf16", "float32": "fp32", "fp32": "fp32"}
+
+# Named configurations: a run of a profile (the paper's sizes) with the batch the docs measure.
+# `leanlm bench --config NAME` is `--params PARAMS --run RUN --batch-size B --seq-len L`.
+BENCH_CONFIGS: dict[str, dict[str, Any]] = {
+    "bert_base_mha": {"params": "params/paper.yaml", "run": "ch3_encoder-mha", "batch_size": 32, "seq_len": 512},
+    "bert_base_mhe_mul": {"params": "params/paper.yaml", "run": "ch3_encoder-mhe_mul", "batch_size": 32,
+                          "seq_len": 512},
+    # Ch. 4's decoders at 500M (Table 4.10's qwen_500m), Pythia's 50,304 rows, seq 2048 (Table 4.9).
+    "ch4_standard_500m": {"params": "params/paper.yaml", "run": "ch4_uniform-standard", "batch_size": 8,
+                          "seq_len": 2048},
+    "ch4_approximate_500m": {"params": "params/paper.yaml", "run": "ch4_uniform-approximate", "batch_size": 8,
+                             "seq_len": 2048},
+}
+
+SPECIAL_IDS = 5  # ids 0-4 stand for the special tokens of the random rows ([PAD], [UNK], [CLS], [SEP], [MASK])
 
 
-def peak_flops(device_name: str) -> float | None:
-    """The bf16 dense peak of a GPU by name, or None when it is not in the table."""
-    for key, flops in PEAK_BF16_FLOPS:
+def peak_flops(device_name: str, precision: str = "bf16") -> float | None:
+    """The dense peak FLOP/s of a GPU by name for ``precision`` (bf16, fp16, tf32, fp32), or None."""
+    for key, peaks in PEAK_FLOPS:
         if key.lower() in device_name.lower():
-            return flops
+            return peaks.get(precision)
     return None
 
 
+def matmul_precision(device: torch.device, precision: str) -> str:
+    """The precision the matmuls run in: ``precision``, or tf32 for fp32 on CUDA when TF32 is allowed."""
+    if precision == "fp32" and device.type == "cuda" and (
+            torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"):
+        return "tf32"
+    return precision
+
+
 def flops_per_token(model: BertForMLM, seq_len: int) -> int:
-    """Training FLOPs per token of ``model`` at ``seq_len`` (module docstring has the formula)."""
+    """Training FLOPs per token of a BERT encoder's body at ``seq_len``: 6N + the attention-score term
+    (the output projection is :func:`output_flops_per_token`'s)."""
     # Summed over blocks, so per-layer mixes of variants are counted layer by layer.
     score_heads = sum(block.score_heads for block in attention_blocks(model))
     return 6 * non_embedding_parameters(model) + 12 * seq_len * score_heads * model.config.head_dim
 
 
-def _resolve(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
+def training_flops_per_token(model, model_config: ModelConfig, objective: str, seq_len: int,
+                             mask_prob: float) -> int:
+    """The budget's FLOPs per token (module docstring) of ``model`` trained with ``objective``."""
+    from leanlm.budget import output_flops_per_token, score_width
+
+    return (6 * non_embedding_parameters(model) + 12 * seq_len * score_width(model)
+            + output_flops_per_token(model_config, objective, {"mask_prob": mask_prob}))
+
+
+def _resolve(device: str, dtype: str) -> tuple[torch.device, str]:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device={device!r} asked for, but torch sees no CUDA device")
+    if dev.type == "cpu" and torch.cuda.is_available():  # the engine trains on a visible GPU
+        raise ConfigError("device='cpu' asked for, but the training engine uses the GPU torch sees; hide it with "
+                          "CUDA_VISIBLE_DEVICES= to bench on the CPU")
     if dtype == "auto":
-        dtype = "bfloat16" if dev.type == "cuda" else "float32"
-    if dtype not in DTYPES:
-        raise ConfigError(f"dtype={dtype!r} is unknown; use one of {sorted(DTYPES)} or 'auto'")
-    return dev, DTYPES[dtype]
+        dtype = "bf16" if dev.type == "cuda" else "fp32"
+    if dtype not in PRECISIONS:
+        raise ConfigError(f"dtype={dtype!r} is unknown; use one of {sorted(PRECISIONS)} or 'auto'")
+    return dev, PRECISIONS[dtype]
 
 
 def _synchronize(device: torch.device) -> None:
@@ -83,88 +156,178 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _model_from_run(params: str, run_id: str):
+    """(model config, head, objective, the run's pretraining settings) of ``run_id`` in profile ``params``."""
+    from leanlm.budget import _HEADS, _vocab_rows
+    from leanlm.config import load_config
+    from leanlm.runs import get_run, pretrain_settings
+
+    config = load_config(params)
+    run = get_run(config, run_id)
+    if run.objective not in ("mlm", "causal_lm"):
+        raise ConfigError(f"bench: run {run_id} pretrains with {run.objective!r}; the bench times mlm and "
+                          f"causal_lm runs")
+    settings = pretrain_settings(config, run)
+    model_config = ModelConfig.from_dict({**run.model, "vocab_size": _vocab_rows(config, run, settings)},
+                                         where=f"run {run_id}")
+    return model_config, _HEADS[run.objective], run.objective, settings
+
+
+def _batches(objective: str, model_config: ModelConfig, rows: torch.Tensor, batch_size: int, mask_prob: float):
+    if objective == "mlm":
+        return MLMBatches(rows, list(range(SPECIAL_IDS)), mask_id=SPECIAL_IDS - 1, vocab_size=model_config.vocab_size,
+                          batch_size=batch_size, grad_accum=1, mask_prob=mask_prob, seed=0)
+    return CausalLMBatches(rows, batch_size=batch_size, grad_accum=1, seed=0)
+
+
+def _clock() -> tuple[float, float]:
+    """(wall, process CPU) seconds; CPU time counts every thread of the process, the prefetcher's too."""
+    return time.perf_counter(), time.process_time()
+
+
+def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int,
+               device: torch.device) -> tuple[float, float, Trainer]:
+    """(wall, CPU) seconds per step of a Trainer run over ``batch_at``, from the start of step ``warmup``
+    to the end."""
+    starts: dict[int, tuple[float, float]] = {}
+    trainer = Trainer(model, config, batch_at, None, on_step_start=lambda s: starts.setdefault(s, _clock()))
+    trainer.fit()  # reads the losses back at the end: the device has finished
+    _synchronize(device)
+    (wall, cpu), (wall0, cpu0) = _clock(), starts[warmup]
+    timed = config.total_steps - warmup
+    return (wall - wall0) / timed, (cpu - cpu0) / timed, trainer
+
+
 def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, seq_len: int = 128,
               steps: int = 20, device: str = "auto", dtype: str = "auto", *, warmup: int = 3,
-              mask_prob: float = 0.15, compile: bool = False, seed: int = 0) -> dict[str, Any]:
-    """Time MLM pretraining steps of a ``size`` model with ``attention``; returns the measurements.
+              mask_prob: float = 0.15, compile: bool = False, prefetch: int = 2, seed: int = 0,
+              params: str | None = None, run: str | None = None, build_only: bool = False) -> dict[str, Any]:
+    """Time pretraining steps (module docstring); returns the measurements.
 
-    ``dtype`` is the autocast dtype (bf16 by default on CUDA, fp32 on CPU); weights and AdamW
-    states stay fp32, as in mixed-precision training.
+    With ``run`` (and ``params``, the profile holding it) the model, objective and masking rate are that
+    run's; otherwise a BERT ``size`` preset with ``attention`` trains MLM. ``dtype`` is the autocast
+    precision (bf16 by default on CUDA, fp32 on CPU); weights and AdamW states stay fp32. ``build_only``
+    times the batch building alone (no model: the host's side of a paper-size batch on any machine).
     """
-    if steps < 1 or warmup < 0 or batch_size < 1 or seq_len < 2:
-        raise ConfigError(f"bench needs steps>=1, warmup>=0, batch_size>=1, seq_len>=2; got "
-                          f"steps={steps}, warmup={warmup}, batch_size={batch_size}, seq_len={seq_len}")
-    dev, amp_dtype = _resolve(device, dtype)
-    config = ModelConfig.preset(size, attention=attention, dropout=0.1, attention_dropout=0.1)
-    if seq_len > config.max_tokens:
-        raise ConfigError(f"seq_len={seq_len} exceeds size {size!r}'s {config.max_tokens} positions")
-    torch.manual_seed(seed)
-    model = BertForMLM(config).to(dev).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
-                                  fused=dev.type == "cuda")
-    step_model = torch.compile(model) if compile else model
-
+    if steps < 1 or warmup < 0 or batch_size < 1 or seq_len < 2 or prefetch < 0:
+        raise ConfigError(f"bench needs steps>=1, warmup>=0, batch_size>=1, seq_len>=2, prefetch>=0; got "
+                          f"steps={steps}, warmup={warmup}, batch_size={batch_size}, seq_len={seq_len}, "
+                          f"prefetch={prefetch}")
+    dev, precision = _resolve(device, dtype)
+    if run is not None:
+        model_config, head, objective, settings = _model_from_run(params or "params/paper.yaml", run)
+        mask_prob = settings.get("mask_prob", mask_prob)
+        label = f"run {run} ({params or 'params/paper.yaml'})"
+    else:
+        model_config = ModelConfig.preset(size, attention=attention, dropout=0.1, attention_dropout=0.1)
+        head = objective = "mlm"
+        label = f"BERT size={size} attention={attention}"
+    if seq_len > model_config.max_position:
+        raise ConfigError(f"seq_len={seq_len} exceeds the model's {model_config.max_position} positions")
+    total = warmup + steps
     gen = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=gen)
-    labels = torch.full_like(input_ids, IGNORE_INDEX)
-    masked = torch.rand(batch_size, seq_len, generator=gen) < mask_prob
-    masked[:, 1] = True  # at least one target per row, so no step has an empty loss
-    labels[masked] = input_ids[masked]
-    input_ids, labels = input_ids.to(dev), labels.to(dev)
-    use_amp = amp_dtype != torch.float32
+    # Packed rows as the objective reads them: [CLS] ... [SEP] for MLM, plain token ids for causal LM.
+    rows = torch.randint(SPECIAL_IDS, model_config.vocab_size, (total * batch_size, seq_len), generator=gen)
+    if objective == "mlm":
+        rows[:, 0], rows[:, -1] = 2, 3
+    batches = _batches(objective, model_config, rows, batch_size, mask_prob)
 
-    def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=dev.type, dtype=amp_dtype, enabled=use_amp):
-            loss = step_model(input_ids, labels=labels)["loss"]
-        loss.backward()
-        optimizer.step()
-        return loss
+    # 1. Batch building alone, on the host.
+    pin = dev.type == "cuda"
+    built, started = [], _clock()
+    for step in range(total):
+        if step == warmup:
+            started = _clock()
+        batch = batches(step, 0)
+        count_tokens(batch)
+        built.append(pinned(batch) if pin else batch)
+    ended = _clock()
+    batch_seconds, batch_cpu = (ended[0] - started[0]) / steps, (ended[1] - started[1]) / steps
+    head_fields = {"model": label, "run": run, "size": None if run else size, "attention": model_config.attention,
+                   "objective": objective, "batch_size": batch_size, "seq_len": seq_len, "steps": steps,
+                   "warmup": warmup, "batch_ms": 1000.0 * batch_seconds,
+                   "batch_cpu_ms": 1000.0 * batch_cpu}
+    if build_only:
+        return {**head_fields, "build_only": True, "device": "cpu", "pinned": pin}
 
-    for _ in range(warmup):
-        step()
-    _synchronize(dev)
-    start = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
-    _synchronize(dev)
-    elapsed = time.perf_counter() - start
+    torch.manual_seed(seed)
+    model = build_model(model_config, head)
+    train_config = TrainConfig(total_steps=total, lr=1e-4, warmup_steps=0, weight_decay=0.01,
+                               precision=precision, log_every=total, progress=False, prefetch=0, compile=compile,
+                               desc="bench")
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    # 2. The step on batches built beforehand.
+    step_seconds, step_cpu, _ = _timed_fit(model, train_config, lambda step, micro: built[step], warmup, dev)
+    del built
+    # 3. The loop as training runs it, batches built while it trains (a fresh model: the same start).
+    torch.manual_seed(seed)
+    model = build_model(model_config, head)
+    loop_config = TrainConfig(**{**train_config.__dict__, "prefetch": prefetch})
+    loop_seconds, loop_cpu, loop_trainer = _timed_fit(model, loop_config, batches, warmup, dev)
+    if dev.type == "cuda":
+        peak_memory, memory_kind = torch.cuda.max_memory_allocated(dev), "cuda max_memory_allocated"
+    else:
+        peak_memory, memory_kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process peak RSS"
 
-    tokens_per_s = batch_size * seq_len * steps / elapsed
-    fpt = flops_per_token(model, seq_len)
+    tokens = batch_size * seq_len
+    fpt = training_flops_per_token(model, model_config, objective, seq_len, mask_prob)
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    peak = peak_flops(device_name) if dev.type == "cuda" else None
+    mm_precision = matmul_precision(dev, precision)
+    peak = peak_flops(device_name, mm_precision) if dev.type == "cuda" else None
     return {
-        "size": size,
-        "attention": attention,
+        **head_fields,
+        "build_only": False,
         "device": device_name,
-        "dtype": str(amp_dtype).removeprefix("torch."),
-        "batch_size": batch_size,
-        "seq_len": seq_len,
-        "steps": steps,
-        "warmup": warmup,
+        "dtype": precision,
+        "matmul_precision": mm_precision,
         "compile": compile,
-        "tokens_per_s": tokens_per_s,
-        "step_ms": 1000.0 * elapsed / steps,
+        "prefetch": prefetch,
+        "step_ms": 1000.0 * step_seconds,
+        "loop_ms": 1000.0 * loop_seconds,
+        # CPU seconds of the whole process per step (all threads): on a shared machine, what the work
+        # cost, where the wall clocks above also hold the time spent waiting for a core.
+        "step_cpu_ms": 1000.0 * step_cpu,
+        "loop_cpu_ms": 1000.0 * loop_cpu,
+        "tokens_per_s": tokens / loop_seconds,
+        "step_tokens_per_s": tokens / step_seconds,
+        "peak_memory_bytes": int(peak_memory),
+        "peak_memory_kind": memory_kind,
         "flops_per_token": fpt,
         "peak_flops": peak,
-        "mfu": fpt * tokens_per_s / peak if peak else None,
+        "mfu": fpt * tokens / loop_seconds / peak if peak else None,
+        "step_mfu": fpt * tokens / step_seconds / peak if peak else None,
         "params": total_parameters(model),
         "non_embedding_params": non_embedding_parameters(model),
         "attention_params": model_attention_parameters(model),
-        "final_loss": float(loss.detach()),
+        "final_loss": float(loop_trainer.state.losses[total - 1]),
+        "losses": [float(x) for x in loop_trainer.state.losses],
     }
 
 
 def format_report(result: dict[str, Any]) -> str:
     """A few readable lines of a :func:`run_bench` result."""
-    mfu = f"{100 * result['mfu']:.1f}%" if result.get("mfu") is not None else "n/a (no GPU peak known)"
+    if result.get("build_only"):
+        return (f"{result['objective']} batches, {result['model']}: batch {result['batch_size']} x seq "
+                f"{result['seq_len']}, {result['steps']} timed after {result['warmup']} warm-up\n"
+                f"  batch build {result['batch_ms']:.1f} ms/step wall, {result['batch_cpu_ms']:.1f} ms CPU"
+                f"{' (pinned)' if result['pinned'] else ''}")
+    def pct(value):
+        return f"{100 * value:.1f}%" if value is not None else "n/a"
+
+    why = "" if result.get("peak_flops") else " (no peak known for this device and precision)"
     return "\n".join([
-        f"MLM step, size={result['size']} attention={result['attention']} on {result['device']} "
-        f"({result['dtype']}{', compiled' if result.get('compile') else ''})",
+        f"{result['objective']} pretraining, {result['model']} on {result['device']} "
+        f"({result['dtype']}, matmuls in {result['matmul_precision']}{', compiled' if result.get('compile') else ''})",
         f"  batch {result['batch_size']} x seq {result['seq_len']}, {result['steps']} timed steps "
-        f"after {result['warmup']} warm-up",
-        f"  {result['tokens_per_s']:,.0f} tokens/s, {result['step_ms']:.1f} ms/step, MFU {mfu}",
+        f"after {result['warmup']} warm-up, prefetch {result['prefetch']}",
+        f"  batch build {result['batch_ms']:.1f} ms/step | step {result['step_ms']:.1f} ms | "
+        f"loop {result['loop_ms']:.1f} ms/step (wall)",
+        f"  CPU time: batch build {result['batch_cpu_ms']:.1f} | step {result['step_cpu_ms']:.1f} | "
+        f"loop {result['loop_cpu_ms']:.1f} ms/step (all threads)",
+        f"  {result['tokens_per_s']:,.0f} tokens/s (step alone {result['step_tokens_per_s']:,.0f}), "
+        f"MFU {pct(result['mfu'])} (step alone {pct(result['step_mfu'])}){why}",
+        f"  peak memory {result['peak_memory_bytes'] / 2**20:,.0f} MiB ({result['peak_memory_kind']})",
         f"  {result['flops_per_token'] / 1e6:,.2f} MFLOP/token; params {result['params']:,} "
         f"(non-embedding {result['non_embedding_params']:,}, attention {result['attention_params']:,})",
         f"  final loss {result['final_loss']:.3f}",

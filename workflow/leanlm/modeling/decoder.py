@@ -150,11 +150,13 @@ class GPT2ForCausalLM(nn.Module):
             return {"loss": None, "logits": logits}
         targets = labels[:, 1:]
         predicted = logits[:, :-1]
-        if not bool((targets != IGNORE_INDEX).any()):
-            # Nothing to predict (e.g. one-token rows): a zero loss that keeps the graph, not NaN.
-            return {"loss": logits.sum() * 0.0, "logits": logits}
         loss = F.cross_entropy(predicted.reshape(-1, predicted.size(-1)).float(), targets.reshape(-1),
                                ignore_index=IGNORE_INDEX)
+        # Nothing to predict (e.g. one-token rows) makes the mean 0/0: a zero loss that keeps the graph
+        # instead of NaN. Chosen on the device (torch.where), so the host never waits to ask; where there
+        # is something to predict the loss and its gradient are the cross-entropy's own, bit for bit.
+        anything = (targets != IGNORE_INDEX).any()
+        loss = torch.where(anything, loss, torch.zeros_like(loss))
         return {"loss": loss, "logits": logits}
 
 

@@ -50,24 +50,41 @@ class BertForMLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **features: torch.Tensor
-                ) -> dict[str, torch.Tensor | None]:
+                labels: torch.Tensor | None = None, masked_positions: torch.Tensor | None = None,
+                **features: torch.Tensor) -> dict[str, torch.Tensor | None]:
         """Returns ``dict(loss, logits)``.
 
         Without labels, logits are (B, L, V) and loss is None. With labels (B, L; -100 = ignored),
         the vocabulary projection runs only at the labelled positions (about 15% of tokens, and the
         largest matmul of the model), so logits are (N_labelled, V) in row-major order of those
         positions. A batch with no labelled position gets a zero loss that still has a graph.
+
+        ``masked_positions``: the labelled positions as flat indices into (B * L), row-major, which
+        the batch builder computes on the CPU (:func:`labelled_positions`). Selecting rows with a boolean
+        mask on the device has a data-dependent shape, so the host would wait for the device to count
+        them every step; with the indices given, their number is known on the host. Same rows, same order,
+        same loss.
         """
         sequence, _ = self.encoder(input_ids, attention_mask, token_type_ids, **features)
         if labels is None:
             return {"loss": None, "logits": self.decoder(self.transform(sequence))}
-        selected = labels != IGNORE_INDEX
-        logits = self.decoder(self.transform(sequence[selected]))
+        if masked_positions is None:
+            selected = labels != IGNORE_INDEX
+            hidden, targets = sequence[selected], labels[selected]
+        else:
+            hidden = sequence.reshape(-1, sequence.size(-1)).index_select(0, masked_positions)
+            targets = labels.reshape(-1).index_select(0, masked_positions)
+        logits = self.decoder(self.transform(hidden))
         if logits.size(0) == 0:
             return {"loss": logits.sum() * 0.0, "logits": logits}
-        loss = F.cross_entropy(logits.float(), labels[selected])
+        loss = F.cross_entropy(logits.float(), targets)
         return {"loss": loss, "logits": logits}
+
+
+def labelled_positions(labels: torch.Tensor) -> torch.Tensor:
+    """Flat row-major indices of the positions ``labels`` scores (not -100): BertForMLM's
+    ``masked_positions``, taken on the CPU when the batch is built."""
+    return (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
 
 
 @register_model("bert", "classification")

@@ -42,8 +42,9 @@ class BertForShuffleRandom(nn.Module):
         logits = self.classifier(self.transform(sequence))
         if labels is None:
             return {"loss": None, "logits": logits}
-        selected = labels != IGNORE_INDEX
-        if not bool(selected.any()):
-            return {"loss": logits.sum() * 0.0, "logits": logits}
-        loss = F.cross_entropy(logits[selected].float(), labels[selected])
+        # The mean over labelled tokens by ignore_index, not by selecting them (a boolean selection has a
+        # data-dependent shape: the host would wait for the device every step); none labelled: 0, not NaN.
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+        loss = torch.where((labels != IGNORE_INDEX).any(), loss, torch.zeros_like(loss))
         return {"loss": loss, "logits": logits}

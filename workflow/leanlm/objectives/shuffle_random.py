@@ -60,7 +60,7 @@ class ShuffleRandomBatches(PackedBatches):
         else:
             inputs, labels = shuffle_random(rows, special_mask, generator, self.shuffle_prob, self.random_prob,
                                             vocab_or_sampler=self.sampler)
-        return {"input_ids": inputs, "attention_mask": torch.ones_like(rows), "labels": labels}
+        return {"input_ids": inputs, "labels": labels}  # packed rows: no padding, no attention_mask
 
 
 class ShuffleRandomObjective(PackedTextObjective):

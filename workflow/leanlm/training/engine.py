@@ -50,6 +50,7 @@ from leanlm.training.distributed import (
     gather_objects,
     init_distributed,
 )
+from leanlm.training.prefetch import BatchPrefetcher, count_tokens
 from leanlm.training.schedules import schedule_fn
 from leanlm.training.train_config import _RUN_DEFINING, TrainConfig
 from leanlm.training.seeding import capture_rng_state, restore_rng_state, seed_everything
@@ -68,21 +69,6 @@ def adamw_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
     return [g for g in groups if g["params"]]
-
-
-def count_tokens(batch: Mapping[str, Any]) -> int:
-    """Tokens in a micro-batch: non-pad entries of ``attention_mask``, else ``input_ids.numel()``.
-
-    Batches with neither (non-text models) count their examples (first dimension of the first tensor).
-    """
-    mask = batch.get("attention_mask")
-    if isinstance(mask, torch.Tensor):
-        return int(torch.count_nonzero(mask))
-    ids = batch.get("input_ids")
-    if isinstance(ids, torch.Tensor):
-        return ids.numel()
-    first = next((v for v in batch.values() if isinstance(v, torch.Tensor) and v.ndim), None)
-    return int(first.shape[0]) if first is not None else 0
 
 
 class Trainer:
@@ -104,6 +90,7 @@ class Trainer:
         evaluate: Callable[[nn.Module], dict] | None = None,
         primary_metric: str | None = None,
         higher_is_better: bool = True,
+        on_step_start: Callable[[int], None] | None = None,
     ):
         if primary_metric is not None and evaluate is None:
             raise ConfigError(f"primary_metric={primary_metric!r} needs an evaluate function")
@@ -114,19 +101,27 @@ class Trainer:
             )
         self.config, self.batch_at, self.evaluate = config, batch_at, evaluate
         self.primary_metric, self.higher_is_better = primary_metric, higher_is_better
+        self.on_step_start = on_step_start
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.rank, self.world_size, _, self.device = init_distributed()
         self.local_accum = local_grad_accum(config.grad_accum, self.world_size, config.desc)
         self.model = model.to(self.device)
         self.autocast_dtype = _autocast_dtype(config.precision, self.device)
+        # On an accelerator the loss is read back only at the log/eval/checkpoint boundaries, not every
+        # step (a read waits for the device); the fused AdamW skips an update on the device instead.
+        self.deferred_checks = _defers_checks(self.device)
         self.optimizer = torch.optim.AdamW(
             adamw_param_groups(self.model, config.weight_decay), lr=config.lr,
-            betas=config.adam_betas, eps=config.adam_eps, fused=self.device.type == "cuda",
+            betas=config.adam_betas, eps=config.adam_eps, fused=self.deferred_checks,
         )
         self.multiplier = schedule_fn(
             config.schedule, config.total_steps, config.warmup_steps, config.num_cycles
         )
-        self.train_model: nn.Module | None = None if self.world_size > 1 else self.model  # DDP: in fit
+        # DDP wraps in fit; compile (TrainConfig.compile) wraps the module that trains, not self.model,
+        # whose parameters, state_dict and evaluation stay those of the plain module.
+        self.train_model: nn.Module | None = None if self.world_size > 1 else _compiled(self.model, config.compile)
+        self._pending: list[tuple[int, float, torch.Tensor]] = []  # (step, lr, [loss, tokens]) not yet read
+        self._nonfinite: torch.Tensor | None = None  # deferred checks: 1.0 once a step's loss was not finite
         self.state = checkpointing.TrainingState.fresh(config.total_steps)
         self.resumed_from: int | None = None
         self._rng_to_restore: dict | None = None
@@ -147,27 +142,30 @@ class Trainer:
             seed_everything(cfg.seed + self.rank)  # per-rank streams: ranks draw different dropout
         self.optimizer.zero_grad(set_to_none=True)
         if self.train_model is None and st.step < cfg.total_steps and not st.stopped:
-            self.train_model = self._wrap_ddp()  # not for a finished run: no batch to probe with
+            self.train_model = _compiled(self._wrap_ddp(), cfg.compile)  # not for a finished run: no batch to probe
         self.model.train()
-        session_tokens, session_seconds = 0, 0.0
-        bar = progress(
+        self._session_tokens, self._session_seconds = 0, 0.0
+        self._bar = progress(
             total=cfg.total_steps, initial=st.step, desc=cfg.desc, unit="step", dynamic_ncols=True,
             disable=not (cfg.progress and self.rank == 0),
         )
+        batches = self._batches()
         try:
             while st.step < cfg.total_steps and not st.stopped:
+                if self.on_step_start is not None:
+                    self.on_step_start(st.step)
                 started = time.perf_counter()
-                loss, lr, tokens = self._train_step()
+                lr = self._train_step(batches)
                 elapsed = time.perf_counter() - started
                 st.train_seconds += elapsed
-                session_seconds += elapsed
-                session_tokens += tokens
-                rate = session_tokens / session_seconds if session_seconds > 0 else 0.0
-                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
-                bar.update(1)
+                self._session_seconds += elapsed
+                self._bar.update(1)
                 self._after_step(lr)
+            self._read_pending()
         finally:
-            bar.close()
+            if isinstance(batches, BatchPrefetcher):
+                batches.close()
+            self._bar.close()
         if self.evaluate is not None and not st.stopped and st.last_eval_step != st.step:
             self._evaluate()
         if self.run_dir is not None and cfg.checkpoint_every and self._saved_step != st.step:
@@ -176,8 +174,23 @@ class Trainer:
             self.model.load_state_dict(st.best_state)
         return self.summary()
 
-    def _train_step(self) -> tuple[float, float, int]:
-        """One optimizer step: returns (mean loss over all micro-batches of all ranks, lr, tokens)."""
+    def _keys(self):
+        """The (step, micro-batch index) of every batch this rank will ask for, in order."""
+        for step in range(self.state.step, self.config.total_steps):
+            for micro in range(self.local_accum):
+                yield step, micro * self.world_size + self.rank
+
+    def _batches(self):
+        """Where the loop takes its batches from: a :class:`BatchPrefetcher` building ``config.prefetch``
+        micro-batches ahead (pinned on CUDA), or, with ``prefetch: 0``, ``batch_at`` called inline."""
+        if self.config.prefetch == 0 or self.state.step >= self.config.total_steps:
+            return None
+        return BatchPrefetcher(self.batch_at, self._keys(), self.config.prefetch,
+                               pin_memory=self.device.type == "cuda")
+
+    def _train_step(self, batches: BatchPrefetcher | None) -> float:
+        """One optimizer step; returns its learning rate. Its loss and token count stay on the device
+        until :meth:`_read_pending` (at once on CPU, where reading waits for nothing)."""
         cfg, st, step = self.config, self.state, self.state.step
         lr = cfg.lr * self.multiplier(step)
         for group in self.optimizer.param_groups:
@@ -185,8 +198,13 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         tokens = 0
         for micro in range(self.local_accum):
-            batch = self.batch_at(step, micro * self.world_size + self.rank)
-            tokens += count_tokens(batch)
+            index = micro * self.world_size + self.rank
+            if batches is None:
+                batch = self.batch_at(step, index)
+                micro_tokens = count_tokens(batch)
+            else:
+                batch, micro_tokens = batches.get(step, index)
+            tokens += micro_tokens
             batch = self._to_device(batch)
             # Gradients are all-reduced on the last micro-batch only (DDP's no_sync for the others).
             last = micro == self.local_accum - 1
@@ -198,38 +216,68 @@ class Trainer:
                 # DDP averages over ranks, so the gradient is the mean over all grad_accum micro-batches.
                 (loss / self.local_accum).backward()
             loss_sum += loss.detach().float()
-        stats = torch.stack([
-            loss_sum.double() / self.local_accum,
-            torch.tensor(float(tokens), dtype=torch.float64, device=self.device),
-        ])
-        loss_value, step_tokens = all_reduce_sum(stats).tolist()
-        loss_value /= self.world_size
-        if not math.isfinite(loss_value):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingError(
-                f"loss is {loss_value} at step {step} (0-based; the batches of batch_at({step}, ...)) "
-                f"of run {self.run_dir}; no update was made with it. Lower the learning rate "
-                f"(lr={cfg.lr}), check the data of that step, or try precision='fp32'"
-            )
+        # The token count is a host number: filled in on the device, no copy to wait for.
+        stats = torch.stack([loss_sum.double() / self.local_accum,
+                             torch.full((), float(tokens), dtype=torch.float64, device=self.device)])
+        stats = all_reduce_sum(stats)
+        if self.deferred_checks:
+            # No update from a non-finite loss, decided on the device: the fused AdamW skips its step while
+            # found_inf is 1 (as under a GradScaler); it stays 1 until the next read raises.
+            bad = (~torch.isfinite(stats[0])).float()
+            self._nonfinite = bad if self._nonfinite is None else torch.maximum(self._nonfinite, bad)
+            self.optimizer.found_inf = self._nonfinite
+            self._pending.append((step, lr, stats))
+        else:
+            self._pending.append((step, lr, stats))
+            self._read_pending()  # raises before the update if the loss is not finite
         if cfg.clip_norm is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        st.losses[step] = loss_value
-        st.tokens += round(step_tokens)
         st.step += 1
-        return loss_value, lr, round(step_tokens)
+        return lr
+
+    def _read_pending(self) -> None:
+        """Read the losses and token counts of the steps not yet read (one device sync), record them and
+        raise TrainingError at the first non-finite loss, naming its step."""
+        if not self._pending:
+            return
+        cfg, st = self.config, self.state
+        values = torch.stack([stats for _, _, stats in self._pending]).tolist()
+        pending, self._pending = self._pending, []
+        for (step, lr, _), (loss_sum, step_tokens) in zip(pending, values):
+            loss_value = loss_sum / self.world_size
+            if not math.isfinite(loss_value):
+                self.optimizer.zero_grad(set_to_none=True)
+                last = pending[-1][0]  # losses are read back at log/eval/checkpoint steps on an accelerator
+                later = ("" if last == step else f"; so was the update of step {last}" if last == step + 1
+                         else f"; so were the updates of steps {step + 1} to {last}")
+                raise TrainingError(
+                    f"loss is {loss_value} at step {step} (0-based; the batches of batch_at({step}, ...)) "
+                    f"of run {self.run_dir}; no update was made with it{later}. Lower the learning rate "
+                    f"(lr={cfg.lr}), check the data of that step, or try precision='fp32'"
+                )
+            st.losses[step] = loss_value
+            st.tokens += round(step_tokens)
+            self._session_tokens += round(step_tokens)
+        rate = self._session_tokens / self._session_seconds if self._session_seconds > 0 else 0.0
+        self._bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
 
     def _after_step(self, lr: float) -> None:
         cfg, st, done = self.config, self.state, self.state.step
-        if done % cfg.log_every == 0 or done == cfg.total_steps:
+        log_due = done % cfg.log_every == 0 or done == cfg.total_steps
+        eval_due = self.evaluate is not None and cfg.eval_every and done % cfg.eval_every == 0
+        save_due = (self.run_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0
+                    and done < cfg.total_steps and not st.stopped)
+        if log_due or eval_due or save_due:
+            self._read_pending()  # the only device syncs of the loop: at these boundaries
+        if log_due:
             window = st.losses[st.last_log_step:done]
             st.history.append({"step": done, "loss": float(window.mean()), "lr": lr})
             st.last_log_step = done
-        if self.evaluate is not None and cfg.eval_every and done % cfg.eval_every == 0:
+        if eval_due:
             self._evaluate()
-        if (self.run_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0
-                and done < cfg.total_steps and not st.stopped):
+        if save_due and not st.stopped:
             self._save()
 
     # ------------------------------------------------------------------ evaluation, early stopping
@@ -381,6 +429,17 @@ def local_grad_accum(grad_accum: int, world_size: int, desc: str = "train") -> i
             f"on {' / '.join(map(str, divisors))} processes"
         )
     return grad_accum // world_size
+
+
+def _defers_checks(device: torch.device) -> bool:
+    """Whether the loop reads losses at boundaries only (accelerators) rather than every step (CPU, where
+    a read costs nothing): the skip of a non-finite step then needs the fused AdamW's ``found_inf``."""
+    return device.type == "cuda"
+
+
+def _compiled(model: nn.Module, compile: bool) -> nn.Module:
+    """``torch.compile(model)`` when the run asks for it (TrainConfig.compile), else the model itself."""
+    return torch.compile(model) if compile else model
 
 
 def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:

@@ -42,6 +42,7 @@ from leanlm.errors import ConfigError, DataError, LeanLMError, TrainingError
 from leanlm.io import atomic_path, check_writable, json_text
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.heads import labelled_positions
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.modeling.models import build_model
 # The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>.
@@ -117,7 +118,9 @@ def special_token_ids(tokenizer) -> list[int]:
 class PackedBatches(abc.ABC):
     """``batch_at(step, micro)`` over packed sequences: the micro-batch's rows of the seeded per-epoch
     shuffle (random access, see text_batches), turned into inputs and labels by the objective's
-    :meth:`masked`, which :func:`validation_loss` also calls on fixed rows."""
+    :meth:`masked`, which :func:`validation_loss` also calls on fixed rows. Packed rows are full, so the
+    batches carry no ``attention_mask`` (the models treat a missing mask as no padding, without asking
+    the device whether an all-ones mask is all ones)."""
 
     uses_generator = True  # whether masked() draws random numbers (a per-(step, micro) generator)
 
@@ -132,7 +135,7 @@ class PackedBatches(abc.ABC):
 
     @abc.abstractmethod
     def masked(self, rows: torch.Tensor, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
-        """The model's batch (input_ids, attention_mask, labels) for these rows."""
+        """The model's batch (input_ids, labels, and what else the head reads) for these rows."""
 
 
 class MLMBatches(PackedBatches):
@@ -147,7 +150,10 @@ class MLMBatches(PackedBatches):
     def masked(self, rows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         special_mask = torch.isin(rows, self.special)
         inputs, labels = mlm_mask(rows, special_mask, self.mask_id, self.vocab_size, self.mask_prob, generator)
-        return {"input_ids": inputs, "attention_mask": torch.ones_like(rows), "labels": labels}
+        # No attention_mask: packed rows have no padding, and an all-ones mask would make the model ask the
+        # device whether it is all ones. The labelled positions are counted here, on the CPU, for the same
+        # reason (BertForMLM's masked_positions).
+        return {"input_ids": inputs, "labels": labels, "masked_positions": labelled_positions(labels)}
 
 
 class CausalLMBatches(PackedBatches):
@@ -156,7 +162,7 @@ class CausalLMBatches(PackedBatches):
     uses_generator = False
 
     def masked(self, rows: torch.Tensor, generator) -> dict[str, torch.Tensor]:
-        return {"input_ids": rows, "attention_mask": torch.ones_like(rows), "labels": rows.clone()}
+        return {"input_ids": rows, "labels": rows.clone()}  # packed rows: no padding, no attention_mask
 
 
 def uses_eos_packing(tokenizer) -> bool:
@@ -216,6 +222,10 @@ def pretrain_train_config(settings: dict, desc: str) -> TrainConfig:
         seed=PRETRAIN_SEED,
         checkpoint_every=settings["checkpoint_every"],
         desc=desc,
+        # Optional settings (schema: pretrain.<objective>.compile / .prefetch); absent from a profile, the
+        # defaults apply and the rule's params, hence its outputs, are unchanged.
+        compile=settings.get("compile", False),
+        prefetch=settings.get("prefetch", TrainConfig.prefetch),
     )
 
 
@@ -358,10 +368,10 @@ def _train_and_write(config: dict, run, objective: PackedTextObjective, settings
     fixed_text = attach_fixed_sequence(model, tokenizer, data.fixed_text_dir, data.fixed_text_corpus(profile))
     # Hash embeddings read per-token features (hash bits/buckets) that the batches carry.
     batches = with_features(objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED), model_config, tokenizer)
-    clock = StepClock(batches, settings["batch_size"] * settings["grad_accum"])  # Table 2.3's time per sample
+    clock = StepClock(settings["batch_size"] * settings["grad_accum"])  # Table 2.3's time per sample
     out_dir = paths.models_dir(profile) / run_id
     train_config = pretrain_train_config(settings, f"pretrain {run_id}")
-    trainer = Trainer(model, train_config, clock, run_dir=out_dir)
+    trainer = Trainer(model, train_config, batches, run_dir=out_dir, on_step_start=clock.mark)
     summary = trainer.fit()
     clock.finish()
     if trainer.rank != 0:  # rank 0 alone scores, writes and logs; the others wait for it to finish

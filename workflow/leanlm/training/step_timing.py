@@ -3,12 +3,16 @@
 The thesis measures "the average time of a sample completing a PT or Infer step" (§2.4.4). Both
 clocks wrap what already runs, so timing needs no change to the engine:
 
-- :class:`StepClock` wraps a pretraining ``batch_at(step, micro)``: it notes when each optimizer
-  step asks for its first micro-batch, and :meth:`StepClock.finish` when ``fit`` returns. Time per
-  sample is the wall time from the start of the second step to the end, over the samples of those
-  steps: the first step (allocator warm-up, lazy initialisation, cuDNN/CPU kernel selection) is left
-  out, as is everything before training (tokenising, packing). The span includes what the engine does
-  between steps (logging, the periodic checkpoint), as a real run pays for it.
+- :class:`StepClock` is the engine's ``on_step_start`` listener: it notes when each optimizer step
+  starts, and :meth:`StepClock.finish` when ``fit`` returns. (It used to wrap ``batch_at``; with batches
+  built ahead in a background thread, the time a batch is asked for is no longer the time its step
+  starts.) Time per sample is the wall time from the start of the second step to the end, over the
+  samples of those steps: the first step (allocator warm-up, lazy initialisation, cuDNN/CPU kernel
+  selection, compilation) is left out, as is everything before training (tokenising, packing). The
+  span includes what the engine does between steps (logging, the periodic checkpoint), as a real run
+  pays for it. On an accelerator the loop reads the device back only at log/eval/checkpoint
+  boundaries, so single steps' ``step_seconds`` are launch times while their sum is exact (``fit``
+  reads everything back before it returns).
 - :class:`InferenceClock` sums the forward passes of an evaluation (``predict``), which end with the
   ``.tolist()`` that synchronises an accelerator, and the examples they scored.
 """
@@ -19,21 +23,16 @@ import time
 
 
 class StepClock:
-    """``batch_at`` wrapper recording the start time of each optimizer step (see the module doc)."""
+    """Records the start time of each optimizer step (``Trainer(on_step_start=clock.mark)``)."""
 
-    def __init__(self, batch_at, samples_per_step: int):
-        self.batch_at = batch_at
+    def __init__(self, samples_per_step: int):
         self.samples_per_step = int(samples_per_step)  # the global batch: all ranks together
         self.starts: dict[int, float] = {}
         self.end: float | None = None
 
-    def __call__(self, step: int, micro: int):
+    def mark(self, step: int) -> None:
         if step not in self.starts:
             self.starts[step] = time.perf_counter()
-        return self.batch_at(step, micro)
-
-    def __getattr__(self, name: str):
-        return getattr(self.batch_at, name)
 
     def finish(self) -> None:
         self.end = time.perf_counter()

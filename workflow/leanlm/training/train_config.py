@@ -41,6 +41,12 @@ class TrainConfig:
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     progress: bool = True
     desc: str = "train"
+    # Micro-batches built ahead in a background thread (leanlm.training.prefetch); 0 builds each inline.
+    # Any value gives the same batches, losses and weights.
+    prefetch: int = 2
+    # torch.compile the module that trains (kernels fused; losses agree with eager to float rounding,
+    # not bit for bit). Not run-defining: a run may be resumed with it switched.
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.adam_betas, list):
@@ -64,6 +70,8 @@ class TrainConfig:
             ("eval_every", lambda v: v is None or (is_int(v) and v >= 1), "null or an integer >= 1"),
             ("early_stopping_patience", lambda v: v is None or (is_int(v) and v >= 1),
              "null or an integer >= 1"),
+            ("prefetch", lambda v: is_int(v) and v >= 0, "an integer >= 0 (0: build batches inline)"),
+            ("compile", lambda v: isinstance(v, bool), "true or false"),
         ]
         for name, ok, want in checks:
             value = getattr(self, name)
