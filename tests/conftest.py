@@ -31,3 +31,24 @@ def scratch_root(tmp_path, monkeypatch):
     _load_matrix_cached.cache_clear()
     yield tmp_path
     _load_matrix_cached.cache_clear()
+
+
+@pytest.fixture
+def offline_with(monkeypatch):
+    """Offline (the hub unreachable), with the mirror given by LEANLM_HUB_MIRROR or not at all: call the
+    fixture with a mirror folder or None (the hub-mirror and lm-eval-mirror tests)."""
+    from leanlm.data import hub, mirror
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(hub, "_reachable", False)
+    mirror.configure_mirror({})
+
+    def use(root: Path | None):
+        if root is None:
+            monkeypatch.delenv(mirror.ENV_VAR, raising=False)
+        else:
+            monkeypatch.setenv(mirror.ENV_VAR, str(root))
+
+    yield use
+    mirror.configure_mirror({})

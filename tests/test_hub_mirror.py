@@ -91,24 +91,6 @@ def filled(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture
-def offline_with(monkeypatch):
-    """Offline (the hub unreachable), with the mirror given by LEANLM_HUB_MIRROR or not at all."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(hub, "_reachable", False)
-    mirror.configure_mirror({})
-
-    def use(root: Path | None):
-        if root is None:
-            monkeypatch.delenv(mirror.ENV_VAR, raising=False)
-        else:
-            monkeypatch.setenv(mirror.ENV_VAR, str(root))
-
-    yield use
-    mirror.configure_mirror({})
-
-
 def test_every_family_reads_the_mirror_offline(filled, offline_with):
     from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
 

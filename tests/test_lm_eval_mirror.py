@@ -58,24 +58,6 @@ def filled(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture
-def offline_with(monkeypatch):
-    """Offline, with the mirror given by LEANLM_HUB_MIRROR (or none)."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(hub, "_reachable", False)
-    mirror.configure_mirror({})
-
-    def use(root: Path | None):
-        if root is None:
-            monkeypatch.delenv(mirror.ENV_VAR, raising=False)
-        else:
-            monkeypatch.setenv(mirror.ENV_VAR, str(root))
-
-    yield use
-    mirror.configure_mirror({})
-
-
 def _saved(root: Path, key) -> object:
     return load_from_disk(str(mirror.dataset_dir(root, *key)))
 
