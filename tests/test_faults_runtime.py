@@ -91,16 +91,29 @@ def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
 
 
 def _kill_when(proc: subprocess.Popen, ready, sig: int, timeout: float = 300) -> None:
-    """Send ``sig`` to ``proc`` as soon as ``ready()`` holds; fail if the job ends first."""
+    """Send ``sig`` to ``proc`` while ``ready()`` holds; fail if the job ends first.
+
+    The job is frozen (SIGSTOP) while ``ready()`` is checked again and the signal sent, then thawed: on a
+    loaded machine the test process can be descheduled between a plain check and the send, and the signal
+    then reaches a job that has already published its outputs (a SIGINT during interpreter exit once
+    ended such a job with status 0 in CI).
+    """
     deadline = time.monotonic() + timeout
-    while not ready():
+    while True:
         if proc.poll() is not None:
             raise AssertionError(f"the job ended before it could be killed:\n{proc.stderr.read()[-3000:]}")
         if time.monotonic() > deadline:
             proc.kill()
             raise AssertionError("the job never reached the point to kill it at")
+        if ready():
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                if ready():
+                    proc.send_signal(sig)
+                    break
+            finally:
+                proc.send_signal(signal.SIGCONT)
         time.sleep(0.005)
-    proc.send_signal(sig)
     proc.communicate(timeout=60)
     assert proc.returncode != 0
 
@@ -335,7 +348,8 @@ def test_killed_pretraining_resumes_to_the_same_model(scratch_root, sig):
         path.unlink()
 
     meta = model_dir / "checkpoint" / checkpointing.META_FILE
-    _kill_when(_leanlm(root, "pretrain", "--run", RUN), meta.is_file, sig)
+    _kill_when(_leanlm(root, "pretrain", "--run", RUN),
+               lambda: meta.is_file() and not record.exists() and not (model_dir / WEIGHTS_NAME).exists(), sig)
     assert not record.exists() and not (model_dir / WEIGHTS_NAME).exists()  # nothing half-published
     _finish(_leanlm(root, "pretrain", "--run", RUN))
     resumed = json.loads(record.read_text())
@@ -360,7 +374,7 @@ def test_killed_finetuning_keeps_finished_results_and_ends_the_same(scratch_root
     straight = out.rename(out.with_name("straight.json"))
 
     _kill_when(_leanlm(root, "finetune", "--run", RUN, "--family", "glue"),
-               lambda: len(list(parts.glob("*.json"))) >= 2, signal.SIGKILL)
+               lambda: len(list(parts.glob("*.json"))) >= 2 and not out.exists(), signal.SIGKILL)
     kept = sorted(p.name for p in parts.glob("*.json"))
     assert not out.exists() and 2 <= len(kept) < 4 and kept[:2] == ["mrpc-seed3.json", "mrpc-seed4.json"]
     log = _finish(_leanlm(root, "finetune", "--run", RUN, "--family", "glue"))
