@@ -41,6 +41,64 @@ stop() {
     fi
     rm -f "$dir/$name.pid"
   done
+  reap_jobs
+}
+
+# Job processes that outlive the daemons: a job slurmd was still starting when `stop` cancelled it can
+# leave its slurmstepd, and the job under it, running after slurmd is gone. Both carry this cluster's
+# SLURM_CONF in their environment (slurmd's, and the submitter's via sbatch's --export=ALL); a job step
+# whose environment lost it (the executor plugin's inner srun) is found as a descendant of its slurmstepd.
+# Each is sent TERM, then KILL after 5 s. A client that merely points at the cluster (a shell, snakemake)
+# has no SLURM_JOB_ID and is no slurmstepd, so it is left alone.
+reap_jobs() {
+  python3 - "$dir/slurm.conf" <<'PY'
+import os, signal, sys, time
+
+def alive(pid):  # a zombie has exited: its parent just has not reaped it yet
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+conf = f"SLURM_CONF={sys.argv[1]}".encode()
+me = {os.getpid(), os.getppid()}
+parent, marked = {}, set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            parent[int(pid)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+    except (OSError, IndexError, ValueError):
+        continue
+    if conf in env and (cmd.startswith(b"slurmstepd") or any(v.startswith(b"SLURM_JOB_ID=") for v in env)):
+        marked.add(int(pid))
+changed = True
+while changed:  # every descendant of a marked process
+    grown = {p for p, pp in parent.items() if pp in marked} - marked
+    changed = bool(grown)
+    marked |= grown
+marked -= me
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for pid in marked:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    for _ in range(50):
+        marked = set(filter(alive, marked))
+        if not marked:
+            break
+        time.sleep(0.1)
+    if not marked:
+        break
+if marked:
+    print(f"slurm_local.sh: job processes {sorted(marked)} did not stop", file=sys.stderr)
+PY
 }
 
 # The executor plugin's job step drops SLURM_CONF from the environment of its inner srun, which then reads
