@@ -151,6 +151,17 @@ def finetune_seq_len_beyond_positions(root):
     return _smoke(root), ["smoke.yaml", "finetune.glue.max_seq_len", "max_position"]
 
 
+def squad_stride_beyond_window(root):
+    # issue 12: the rehearsal's SQuAD stride (32) left no room beside a 30-token question in a 64-token
+    # window; it passed validation and failed at the first SQuAD job
+    def stride(d):
+        block = d["finetune"]["squad"]
+        query = min(64, (block["max_seq_len"] - 3) // 2)
+        block["doc_stride"] = block["max_seq_len"] - 3 - query
+    edit_yaml(_smoke(root), stride)
+    return _smoke(root), ["smoke.yaml", "finetune.squad", "doc_stride", "context tokens", "ch3_encoder"]
+
+
 def profile_not_in_dvc(root):
     other = root / "params" / "other.yaml"
     other.write_text(_smoke(root).read_text().replace("profile: smoke", "profile: other", 1))
@@ -178,7 +189,7 @@ def missing_params_file(root):
 
 BATTERY = [unknown_key, wrong_type, bad_value, unknown_experiment, duplicate_key, duplicate_nested_key,
            duplicate_experiment, not_utf8, not_utf8_experiment, bad_yaml, warmup_beyond_steps,
-           warmup_beyond_variant_steps, seq_len_beyond_positions, finetune_seq_len_beyond_positions,
+           warmup_beyond_variant_steps, seq_len_beyond_positions, finetune_seq_len_beyond_positions, squad_stride_beyond_window,
            profile_not_in_dvc, copy_of_the_profile,
            profile_outside_params, missing_params_file]
 

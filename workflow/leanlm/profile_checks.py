@@ -83,6 +83,23 @@ def _check_finetune_lengths(config: dict, path: Path, run: Run, model_config) ->
                           f"{model_config.max_position}); lower max_seq_len or raise max_position")
 
 
+def _check_span_windows(config: dict, path: Path, run: Run) -> None:
+    """A span-QA family's window settings (doc_stride against the room a ``max_seq_len`` window leaves beside
+    the question): a stride too long passes the schema and fails in every SQuAD job of the run."""
+    from leanlm.data.span_windows import span_options
+    from leanlm.plugins import runner_name
+
+    for family in run.finetune:
+        settings = finetune_settings(config, run, family)
+        if any(runner_name(family, task) == "span_qa" for task in settings.get("tasks", ())):
+            try:
+                span_options(settings, family)
+            except ConfigError as err:
+                variant = run.finetune_variants.get(family)
+                also = f" (with finetune_variants.{variant})" if variant else ""
+                raise ConfigError(f"{path}: {err}{also} (run {run.run_id})") from None
+
+
 def check_combinations(config: dict, path: Path) -> None:
     """Cross-file checks the schema cannot express: names that must exist elsewhere."""
     from leanlm.modeling.config import known_attention_names
@@ -164,6 +181,7 @@ def check_combinations(config: dict, path: Path) -> None:
         _check_schedules(config, path, run, model_config)
         if run.objective != "hub":  # a hub checkpoint brings its own positions
             _check_finetune_lengths(config, path, run, model_config)
+        _check_span_windows(config, path, run)
         if m["n_heads"] * m["head_dim"] != m["d_model"]:
             raise ConfigError(
                 f"{path}: run {run.run_id} has n_heads x head_dim = {m['n_heads']} x {m['head_dim']} != "

@@ -3,7 +3,7 @@
 The recipe is BERT's (Devlin et al., 2019) as the Hugging Face ``run_qa`` example implements it:
 
 - features: ``[CLS] question [SEP] context-window [SEP]`` (type ids 0 / 1). The question keeps at
-  most :data:`MAX_QUERY_TOKENS` tokens; a context longer than the room left is cut into windows
+  most :data:`leanlm.data.span_windows.MAX_QUERY_TOKENS` tokens; a context longer than the room left is cut into windows
   that overlap by ``doc_stride`` tokens (Hugging Face's meaning of the stride), each one a feature;
 - labels: the token positions of the first gold answer's first and last character when the window
   holds the whole answer, else ([CLS], [CLS]) = (0, 0), as for an unanswerable question;
@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from leanlm import paths
+from leanlm.data.span_windows import check_window, query_budget, span_options
 from leanlm.data.tasks import get_task
 from leanlm.data.tokenizer import special_token_ids
-from leanlm.errors import ConfigError
 from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.squad import as_references
@@ -41,8 +41,6 @@ from leanlm.training.finetune import (TaskBatches, TaskRunner, _load_split, fine
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate
 
-MAX_QUERY_TOKENS = 64          # BERT's max_query_length
-DEFAULTS = {"doc_stride": 128, "max_answer_length": 30, "n_best": 20}  # run_qa's defaults
 
 
 @dataclass
@@ -57,19 +55,6 @@ class SpanFeatures:
 
     def __len__(self) -> int:
         return len(self.encoded)
-
-
-def query_budget(max_seq_len: int) -> int:
-    """Question tokens kept: BERT's 64, or less so that a context window keeps at least half."""
-    return min(MAX_QUERY_TOKENS, (max_seq_len - 3) // 2)
-
-
-def check_window(max_seq_len: int, doc_stride: int, where: str) -> None:
-    room = max_seq_len - 3 - query_budget(max_seq_len)
-    if not 0 <= doc_stride < room:
-        raise ConfigError(f"{where}: doc_stride={doc_stride} must be below the {room} context tokens a window "
-                          f"can hold (max_seq_len {max_seq_len} - 3 special tokens - up to "
-                          f"{query_budget(max_seq_len)} question tokens); lower doc_stride or raise max_seq_len")
 
 
 def answer_tokens(char_spans: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
@@ -181,16 +166,6 @@ def score_rows(model, rows: list[dict], features: SpanFeatures, metrics: list[st
     if keep is not None:
         keep[:] = answers
     return compute_all(metrics, np.asarray(answers, dtype=object), as_references(r["answers"]["text"] for r in rows))
-
-
-def span_options(settings: dict, family: str) -> dict:
-    """doc_stride, max_answer_length, n_best from finetune.<family> (run_qa's defaults if absent)."""
-    options = {key: settings.get(key, default) for key, default in DEFAULTS.items()}
-    for key, value in options.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "doc_stride" else 1):
-            raise ConfigError(f"key finetune.{family}.{key} = {value!r} must be a positive integer")
-    check_window(settings["max_seq_len"], options["doc_stride"], f"key finetune.{family}")
-    return options
 
 
 class SpanQARunner(TaskRunner):
