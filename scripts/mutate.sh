@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 python=${PYTHON:-$root/.venv/bin/python}
+# A relative path (the docs' PYTHON=.venv/bin/python) is taken from the repository root: the run cds below.
+[[ $python == */* && $python != /* ]] && python=$root/$python
 # TESTS="tests/a.py tests/b.py" runs only those test files (a quicker run of a few modules; its own
 # work folder, since mutmut maps tests to mutants once per selection).
 work=build/mutate${TESTS:+-$(echo "$TESTS" | sha1sum | cut -c1-8)}
