@@ -273,3 +273,11 @@ def test_hub_checkpoint_run_from_a_local_canine(tiny_project, tmp_path):
     assert json.loads((paths.models_dir("smoke") / "ch2_hashformers-canine_c" / "config.json").read_text())[
         "model_type"] == "canine"
     assert glue["timing"]["inference_seconds_per_sample"] > 0 and len(glue["results"]) == 2
+    # The aggregation reads the record's model columns: a hub config has none of ours (the rehearsal's
+    # aggregate once stopped at "no key model.attention"); they come from the checkpoint's own config.
+    from leanlm.reporting.aggregate import rows_from_file
+
+    rows = rows_from_file(paths.results_dir("smoke") / "runs" / "ch2_hashformers-canine_c" / "glue.json", "smoke")
+    assert {(r["attention"], r["n_layers"], r["d_model"], r["n_heads"], r["head_dim"]) for r in rows} == {
+        ("mha", 1, 16, 2, 8)}
+    assert glue["model"]["hub_config"]["model_type"] == "canine"

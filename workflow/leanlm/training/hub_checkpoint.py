@@ -99,6 +99,28 @@ def load_pretrained_model(directory: str | os.PathLike) -> nn.Module:
     return AutoModel.from_pretrained(str(directory))
 
 
+# The attention of the hub architectures the matrix fine-tunes: standard multi-head self-attention (CANINE's
+# deep transformer is BERT's encoder). Another model type is labelled by its type.
+HUB_ATTENTION = {"canine": "mha", "bert": "mha", "roberta": "mha"}
+
+
+def hub_model_record(model: nn.Module, run) -> dict:
+    """A hub checkpoint's entry under a results JSON's ``model`` key.
+
+    The aggregation and the tables read our model columns (backbone, attention, layers, width, heads); a
+    hub config has none of them (the rehearsal's aggregation stopped at "no key model.attention" on
+    CANINE-C's record), so they are taken from the checkpoint's own config, which is kept whole under
+    ``hub_config``. The backbone is the experiment's (CANINE-C stands beside ch. 2's BERT encoders).
+    """
+    hub = model.config.to_dict()
+    d_model, heads = hub.get("hidden_size") or 0, hub.get("num_attention_heads") or 0
+    model_type = str(hub.get("model_type", "hub"))
+    return {"backbone": run.model.get("backbone", "bert"), "attention": HUB_ATTENTION.get(model_type, model_type),
+            "embedding": model_type, "n_layers": hub.get("num_hidden_layers") or 0, "d_model": d_model,
+            "n_heads": heads, "head_dim": d_model // heads if heads else 0, "d_ff": hub.get("intermediate_size") or 0,
+            "hub_checkpoint": run.hub_checkpoint, "hub_config": hub}
+
+
 def hash_embedding_parameters(model: nn.Module) -> int:
     """CANINE's hash embeddings (Appendix 2.8: buckets x d; the code-point embedders), else 0."""
     return sum(p.numel() for name, p in model.named_parameters() if "HashBucketCodepointEmbedder" in name)
