@@ -53,3 +53,30 @@ def test_stand_ins_declare_their_tasks_metrics(tmp_path, lm_eval_index):
     for name, path in paths.items():
         config = yaml.safe_load(path.read_text())
         assert config["metric_list"] == lm_eval_index[THESIS_TASKS[name]].cfg["metric_list"], name
+
+
+def test_the_cached_task_index_is_lm_evals_own(lm_eval_index, tmp_path, monkeypatch):
+    # Every ch. 4 job read lm-eval's index (about 10 s of CPU each); it is kept in the cache once per
+    # machine. What the cache gives must be what lm-eval's own index holds, and a later process must
+    # read the file instead of building the index again.
+    from leanlm.evaluation import lm_eval_configs
+    from leanlm.evaluation.lm_eval_configs import index_cache_file, task_config, task_yaml
+
+    monkeypatch.setenv("LEANLM_CACHE", str(tmp_path))
+    lm_eval_configs._task_index.cache_clear()
+    try:
+        for task in [*THESIS_TASKS.values(), "wikitext", "lambada_openai"]:
+            assert task_config(task) == lm_eval_index[task].cfg, task
+            assert task_yaml(task) == lm_eval_index[task].yaml_path
+        assert index_cache_file().parent == tmp_path / "lm_eval" and index_cache_file().is_file()
+        lm_eval_configs._task_index.cache_clear()
+
+        def rebuilt(*args, **kwargs):
+            raise AssertionError("lm-eval's task index was built again")
+
+        monkeypatch.setattr("lm_eval.tasks.TaskManager", rebuilt)
+        assert metric_names("boolq") == ["acc"]
+        with pytest.raises(ConfigError, match="has no task named 'no_such_task'"):
+            task_config("no_such_task")
+    finally:
+        lm_eval_configs._task_index.cache_clear()

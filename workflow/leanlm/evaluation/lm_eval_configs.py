@@ -16,18 +16,54 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from leanlm import paths
 from leanlm.errors import ConfigError
+from leanlm.io import build_once, write_json
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """What is kept of lm-eval's index entry of a task: its config (includes merged) and its YAML file."""
+
+    cfg: dict
+    yaml_path: str | None
+
+
+def index_cache_file() -> Path:
+    """Where the task index of the installed lm-eval is kept: one file per lm-eval version and install."""
+    import hashlib
+
+    import lm_eval
+
+    where = hashlib.sha1(str(Path(lm_eval.__file__).resolve().parent).encode()).hexdigest()[:10]
+    return paths.cache_dir() / "lm_eval" / f"task_index-{lm_eval.__version__}-{where}.json"
+
+
+def _build_index_file(target: Path) -> None:
+    from lm_eval.tasks import TaskManager
+
+    index = TaskManager(include_defaults=True).task_index
+    write_json(target, {name: {"cfg": entry.cfg, "yaml_path": str(entry.yaml_path) if entry.yaml_path else None}
+                        for name, entry in index.items() if entry.cfg is not None and "task" in entry.cfg})
 
 
 @functools.lru_cache(maxsize=1)
-def _task_index() -> dict:
-    # Building the index parses every YAML lm-eval ships (seconds), so it is built once per process.
-    from lm_eval.tasks import TaskManager
-
-    return TaskManager(include_defaults=True).task_index
+def _task_index() -> dict[str, IndexEntry]:
+    # lm-eval builds its index by parsing every YAML it ships: about 10 s of CPU, which every ch. 4
+    # evaluation job paid (most of the rehearsal's CPU time). The tasks (those with a config) of that
+    # index are written once per machine to the cache (index_cache_file, keyed by lm-eval's version and
+    # install folder; build_once across processes) and read from there: about 0.6 s.
+    target = index_cache_file()
+    build_once(target, lambda: _build_index_file(target), "lm-eval's task index")
+    try:
+        raw = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{target}: not a readable lm-eval task index ({exc}); delete it and rerun") from None
+    return {name: IndexEntry(cfg=entry["cfg"], yaml_path=entry["yaml_path"]) for name, entry in raw.items()}
 
 
 # The split fields of an lm-eval task config, in the order lm-eval's ConfigurableTask reads them.
@@ -48,7 +84,7 @@ class TaskDataset:
 
 def _entry(task: str):
     entry = _task_index().get(task)
-    if entry is None or entry.cfg is None or "task" not in entry.cfg:
+    if entry is None:
         import lm_eval
 
         raise ConfigError(f"lm-eval {lm_eval.__version__} has no task named {task!r} among its own task configs")
