@@ -250,6 +250,12 @@ def test_proformer_is_not_pretrained(tiny_project):
     assert pre["parameters"]["word_embedding"] == 420 * 16  # Eq. 2.11: 420 bits x d
     assert (paths.models_dir("smoke") / "ch2_hashformers-proformer" / "model.safetensors").is_file()
     assert len(glue["results"]) == 2
+    # Our model's record is its own config, which Table 2.2 rebuilds to count it (a hub checkpoint's
+    # record shape once leaked onto every run's and failed that rendering).
+    from leanlm.modeling.config import ModelConfig
+
+    assert "hub_config" not in glue["model"] and glue["model"]["positions"] == "sinusoidal"
+    ModelConfig.from_dict(glue["model"], where="glue.json key model")
 
 
 def test_hub_checkpoint_run_from_a_local_canine(tiny_project, tmp_path):

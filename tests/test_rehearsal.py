@@ -9,7 +9,7 @@
   hub's dataset cards / ``dataset_info`` (not taken from the fixture modules), are deterministic, and the
   tokenizer and checkpoint folders load with transformers' Auto classes as the hub's do.
 
-The end-to-end run of the rehearsal is `.ci/run`'s second step (README "Rehearsal"), not a unit test.
+The end-to-end run of the rehearsal is part of `.ci/run` (beside `make test`; README "Rehearsal"), not a unit test.
 """
 
 from __future__ import annotations
@@ -289,8 +289,8 @@ def test_tokenizer_and_checkpoint_folders_load_as_the_hubs(tmp_path):
 
 
 def test_ci_runs_the_readmes_rehearsal_command():
-    """The README's rehearsal command is the one `make rehearsal` runs; `.ci/run` runs the README's test
-    command (the rehearsal joins it once its idle wall time is measured within CI's 30 minutes)."""
+    """The README's rehearsal command is the one `make rehearsal` runs, and `.ci/run` runs it end to end
+    beside the README's test command (`make test`), failing when either fails."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Rehearsal", 1)[1].split("\n## ", 1)[0]
     command = re.search(r"```bash\n(snakemake [^#\n]*?)\s+#", section).group(1)
@@ -298,6 +298,33 @@ def test_ci_runs_the_readmes_rehearsal_command():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     recipe = re.search(r"^rehearsal: setup\n\t(.*)$", makefile, re.M).group(1)
     assert recipe.endswith(" " + command)
-    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+    steps = [line.split("#", 1)[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
-    assert steps[-1] == "make test"
+    assert "make setup" in steps and "make test || status=$?" in steps
+    assert 'setsid make rehearsal > "$log" 2>&1 &' in steps and 'if wait "$rehearsal"; then' in steps
+    assert steps[-1] == 'exit "$status"'
+
+
+@pytest.mark.parametrize("test_rc, rehearsal_rc", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_ci_fails_when_the_tests_or_the_rehearsal_fail(tmp_path, test_rc, rehearsal_rc):
+    """`.ci/run` itself, with `make` replaced by a stand-in that records its targets: both run, and CI
+    passes only when both pass; a failed rehearsal's log ends up in CI's output."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text(
+        "#!/usr/bin/env bash\n"
+        'echo "$1" >> "$CALLS"\n'
+        'case $1 in\n'
+        '  rehearsal) echo "rehearsal job log line"; exit "$REHEARSAL_RC";;\n'
+        '  test) exit "$TEST_RC";;\n'
+        "esac\n")
+    (bin_dir / "make").chmod(0o755)
+    calls = tmp_path / "calls"
+    out = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls),
+                              "TEST_RC": str(test_rc), "REHEARSAL_RC": str(rehearsal_rc)})
+    assert sorted(calls.read_text().split()) == ["rehearsal", "setup", "test"]
+    assert out.returncode == (0 if test_rc == rehearsal_rc == 0 else 1)
+    assert ("rehearsal job log line" in out.stderr) == bool(rehearsal_rc)

@@ -45,7 +45,7 @@ from leanlm.snakemake_records import remove_recorded_checkpoint
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
-from leanlm.training.hub_checkpoint import hub_model_record, load_finetune_model, load_pretrained_model
+from leanlm.training.hub_checkpoint import load_finetune_model, load_pretrained_model, model_record
 from leanlm.training.seeding import seed_everything
 from leanlm.training.schedules import warmup_steps_from_ratio
 from leanlm.training.step_timing import InferenceClock, inference_timing
@@ -320,7 +320,7 @@ def _family_record(config: dict, run, family: str, settings: dict, seeds: list, 
         "family": family,
         "evaluate_from": run.evaluate_from,
         "skip_simple_layers": run.skip_simple_layers,
-        "model": hub_model_record(probe, run) if hasattr(probe, "config") else run.model,
+        "model": model_record(probe, run),
         "finetune": settings,
         "seeds": seeds,
         "parameters": {

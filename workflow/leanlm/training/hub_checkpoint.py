@@ -104,6 +104,17 @@ def load_pretrained_model(directory: str | os.PathLike) -> nn.Module:
 HUB_ATTENTION = {"canine": "mha", "bert": "mha", "roberta": "mha"}
 
 
+def model_record(model: nn.Module, run) -> dict:
+    """The ``model`` entry of a results JSON: our model's own config (what Table 2.2 rebuilds to count it),
+    a hub checkpoint's :func:`hub_model_record`, or the matrix's settings for a model with no config."""
+    from leanlm.modeling.config import ModelConfig
+
+    config = getattr(model, "config", None)
+    if isinstance(config, ModelConfig):
+        return config.to_dict()
+    return hub_model_record(model, run) if config is not None else dict(run.model)
+
+
 def hub_model_record(model: nn.Module, run) -> dict:
     """A hub checkpoint's entry under a results JSON's ``model`` key.
 
