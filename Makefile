@@ -2,7 +2,7 @@
 #   make reproduce   # set up, then run the default reproduction (profile: smoke)
 #   make validate    # check a profile (PARAMS=...) without running anything
 #   make test        # set up, then run the test suite (what .ci/run runs first)
-#   make rehearsal   # set up, then the rehearsal: the paper profile at tiny size on hub fixtures (not yet in .ci/run)
+#   make rehearsal   # set up, then the rehearsal: the paper profile at tiny size on hub fixtures (.ci/run runs it)
 #   make mutate      # mutation testing of the core modules (docs/mutation-testing.md); not in CI
 # Hub datasets are unreachable offline; these variables make hub calls fail at once instead of
 # after a long timeout. Unset them for `make reproduce PARAMS=params/paper.yaml` with network.
