@@ -81,6 +81,7 @@ def tiny_smoke(scratch_root):
             for key in ("max_seq_len", "max_length"):
                 if key in family:
                     family[key] = min(family[key], 32)
+        doc["finetune"]["squad"]["doc_stride"] = 8  # a 32-token window keeps 15 context tokens beside the question
         for variant in ("mlm_ch2", "ch4"):
             doc["pretrain_variants"][variant].update(steps=STEPS, batch_size=4, seq_len=16, warmup_steps=1,
                                                      checkpoint_every=None)
