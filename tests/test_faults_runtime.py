@@ -81,7 +81,14 @@ def _leanlm(root: Path, *args: str) -> subprocess.Popen:
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1] / "workflow"),
                                                        os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, "-c", CLI, *args, "--params", "params/smoke.yaml"], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal)
+
+
+def _as_in_a_terminal() -> None:
+    """SIGINT handled as Ctrl-C in a terminal reaches a foreground job. A test run started in the background
+    by a non-interactive shell (`cmd &`) inherits SIGINT ignored, and so did the job: it then trained to
+    the end and exited 0 (the SIGINT case failed that way in such CI runs, and passed from a terminal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
@@ -95,8 +102,7 @@ def _kill_when(proc: subprocess.Popen, ready, sig: int, timeout: float = 300) ->
 
     The job is frozen (SIGSTOP) while ``ready()`` is checked again and the signal sent, then thawed: on a
     loaded machine the test process can be descheduled between a plain check and the send, and the signal
-    then reaches a job that has already published its outputs (a SIGINT during interpreter exit once
-    ended such a job with status 0 in CI).
+    would then reach a job that has already published its outputs, testing nothing.
     """
     deadline = time.monotonic() + timeout
     while True:
