@@ -58,10 +58,18 @@ def test_registering_a_profile_makes_dvc_define_its_stages(tmp_path):
         shutil.copy(ROOT / name, tmp_path / name)
     dvc_repo.Repo.init(str(tmp_path), no_scm=True)
     defined = lambda: sorted(s.name for s in dvc_repo.Repo(str(tmp_path)).index.stages)  # noqa: E731
-    assert defined() == sorted(f"{stage}@smoke" for stage in ("fetch", "corpus", "tokenizer", "tasks"))
+    # What this checkout stages: the committed list, plus any profile run here since (a local rehearsal
+    # registers itself); the test adds the paper profile to it.
+    before = staged_profiles(tmp_path / "dvc.yaml")
+    assert set(LOCKED_PROFILES) <= set(before["staged"]) and "paper" not in before["staged"]
+    assert defined() == sorted([f"{stage}@{profile}" for profile in before["staged"]
+                                for stage in ("fetch", "corpus", "tokenizer", "tasks")]
+                               + [f"{stage}@{profile}" for profile in before["staged_named"]
+                                  for stage in ("corpora", "tokenizers")])
     paper = load_config(str(ROOT / "params" / "paper.yaml"))
     assert register(paper, tmp_path / "dvc.yaml") and not register(paper, tmp_path / "dvc.yaml")  # once
-    assert staged_profiles(tmp_path / "dvc.yaml") == {"staged": ["smoke", "paper"], "staged_named": ["paper"]}
+    assert staged_profiles(tmp_path / "dvc.yaml") == {"staged": [*before["staged"], "paper"],
+                                                      "staged_named": [*before["staged_named"], "paper"]}
     assert {"fetch@paper", "tasks@paper", "corpora@paper", "tokenizers@paper"} <= set(defined())
     assert not register(load_config(str(ROOT / "params" / "smoke.yaml")), tmp_path / "dvc.yaml")
 

@@ -301,7 +301,8 @@ def test_ci_runs_the_readmes_rehearsal_command():
     steps = [line.split("#", 1)[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
     assert "make setup" in steps and "make test || status=$?" in steps
-    assert 'setsid make rehearsal > "$log" 2>&1 &' in steps and 'if wait "$rehearsal"; then' in steps
+    assert '(cd "$copy/leanlm" && exec setsid make rehearsal VENV="$root/.venv") > "$log" 2>&1 &' in steps
+    assert 'git clone -q "$root" "$copy/leanlm"' in steps and 'if wait "$rehearsal"; then' in steps
     assert steps[-1] == 'exit "$status"'
 
 
@@ -311,20 +312,27 @@ def test_ci_fails_when_the_tests_or_the_rehearsal_fail(tmp_path, test_rc, rehear
     passes only when both pass; a failed rehearsal's log ends up in CI's output."""
     (tmp_path / ".ci").mkdir()
     shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # the rehearsal runs in a clone of it
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "ci"], check=True)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "make").write_text(
         "#!/usr/bin/env bash\n"
         'echo "$1" >> "$CALLS"\n'
         'case $1 in\n'
-        '  rehearsal) echo "rehearsal job log line"; exit "$REHEARSAL_RC";;\n'
+        '  rehearsal) echo "rehearsal job log line in $PWD with $2"; exit "$REHEARSAL_RC";;\n'
         '  test) exit "$TEST_RC";;\n'
         "esac\n")
     (bin_dir / "make").chmod(0o755)
     calls = tmp_path / "calls"
+    (tmp_path / "tmp").mkdir()
     out = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls),
+                         env={**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls),
                               "TEST_RC": str(test_rc), "REHEARSAL_RC": str(rehearsal_rc)})
     assert sorted(calls.read_text().split()) == ["rehearsal", "setup", "test"]
     assert out.returncode == (0 if test_rc == rehearsal_rc == 0 else 1)
     assert ("rehearsal job log line" in out.stderr) == bool(rehearsal_rc)
+    log = (tmp_path / "logs" / "ci-rehearsal.log").read_text()
+    assert f"with VENV={tmp_path}/.venv" in log and "/leanlm-ci-rehearsal." in log  # in its own clone
+    assert not list((tmp_path / "tmp").iterdir())  # the clone is removed
