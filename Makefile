@@ -33,9 +33,10 @@ analytic: setup
 	$(VENV)/bin/snakemake --cores 1 analytic --configfile $(PARAMS)
 
 # One intra-op thread per test process: tiny tensors gain nothing from more, and on a busy 2-core
-# machine oversubscribed threads made the suite tens of times slower.
+# machine oversubscribed threads made the suite tens of times slower. --durations: the 25 slowest tests in
+# every run (CI must stay under 30 minutes; they show where the time goes).
 test: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q --durations=25
 
 # The README's rehearsal command, verbatim (README "Rehearsal"): every job of the paper profile at tiny size,
 # offline, on a hub mirror of fixtures that its first job writes.
