@@ -4,8 +4,9 @@ refactoring that must not change results (issue 15: the smoke tables before and 
 
     python scripts/compare_tables.py ROOT_A ROOT_B [--profile smoke] [--ignore-column NAME ...]
 
-Reads ``ROOT/paper_tables/<profile>/*.csv`` of both project roots. A file is *identical* when its bytes are;
-otherwise the columns whose values differ are listed, with the largest absolute difference of numeric ones.
+Reads ``ROOT/paper_tables/<profile>/*.csv`` of both project roots. A file is *identical* when its bytes are or
+when every column parses to equal values; otherwise the columns whose values differ are listed, with the
+largest absolute difference of numeric ones.
 Columns named by ``--ignore-column`` (measured wall-clock times, which differ between any two runs) are
 reported apart and do not count as differences. Exit status: 0 when every file present in both is identical
 outside the ignored columns and both hold the same files, else 1.

@@ -15,6 +15,7 @@ set -euo pipefail
 
 cmd=${1:?usage: slurm_local.sh start|stop DIR}
 dir=${2:?usage: slurm_local.sh start|stop DIR}
+dir=$(realpath -m "$dir")  # one spelling for start and stop: stop finds job processes by this path
 
 pids=(slurmctld slurmd slurmdbd mariadbd munged)  # stop order: reverse of start
 
@@ -87,7 +88,7 @@ for sig in (signal.SIGTERM, signal.SIGKILL):
     for pid in marked:
         try:
             os.kill(pid, sig)
-        except ProcessLookupError:
+        except OSError:  # gone already, or not ours to signal: reported below if it stays
             pass
     for _ in range(50):
         marked = set(filter(alive, marked))

@@ -113,6 +113,7 @@ def _kill_when(proc: subprocess.Popen, ready, sig: int, timeout: float = 300) ->
             raise AssertionError("the job never reached the point to kill it at")
         if ready():
             proc.send_signal(signal.SIGSTOP)
+            _until_stopped(proc)
             try:
                 if ready():
                     proc.send_signal(sig)
@@ -122,6 +123,20 @@ def _kill_when(proc: subprocess.Popen, ready, sig: int, timeout: float = 300) ->
         time.sleep(0.005)
     proc.communicate(timeout=60)
     assert proc.returncode != 0
+
+
+def _until_stopped(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """Wait until the kernel shows ``proc`` stopped (state T): SIGSTOP is delivered asynchronously, and a job
+    inside a system call (the rename that publishes an output) finishes it first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return  # gone: the caller's next poll() says so
+        if state in ("T", "t", "Z"):
+            return
+        time.sleep(0.001)
 
 
 def _without_timing(obj):

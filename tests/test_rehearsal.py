@@ -301,7 +301,7 @@ def test_ci_runs_the_readmes_rehearsal_command():
     steps = [line.split("#", 1)[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
     assert "make setup" in steps and "make test || status=$?" in steps
-    assert '(cd "$copy/leanlm" && exec setsid make rehearsal VENV="$root/.venv") > "$log" 2>&1 &' in steps
+    assert '(cd "$copy/leanlm" && PYTHONPATH="$copy/leanlm/workflow" exec setsid -w make rehearsal VENV="$root/.venv") \\' in steps
     assert 'git clone -q "$root" "$copy/leanlm"' in steps and 'if wait "$rehearsal"; then' in steps
     assert steps[-1] == 'exit "$status"'
 
@@ -321,7 +321,7 @@ def test_ci_fails_when_the_tests_or_the_rehearsal_fail(tmp_path, test_rc, rehear
         "#!/usr/bin/env bash\n"
         'echo "$1" >> "$CALLS"\n'
         'case $1 in\n'
-        '  rehearsal) echo "rehearsal job log line in $PWD with $2"; exit "$REHEARSAL_RC";;\n'
+        '  rehearsal) echo "rehearsal job log line in $PWD with $2 PYTHONPATH=$PYTHONPATH"; exit "$REHEARSAL_RC";;\n'
         '  test) exit "$TEST_RC";;\n'
         "esac\n")
     (bin_dir / "make").chmod(0o755)
@@ -335,4 +335,5 @@ def test_ci_fails_when_the_tests_or_the_rehearsal_fail(tmp_path, test_rc, rehear
     assert ("rehearsal job log line" in out.stderr) == bool(rehearsal_rc)
     log = (tmp_path / "logs" / "ci-rehearsal.log").read_text()
     assert f"with VENV={tmp_path}/.venv" in log and "/leanlm-ci-rehearsal." in log  # in its own clone
+    assert re.search(r"in (\S+) with .* PYTHONPATH=\1/workflow$", log, re.M), log  # and its own package
     assert not list((tmp_path / "tmp").iterdir())  # the clone is removed

@@ -33,6 +33,9 @@ class IndexEntry:
     yaml_path: str | None
 
 
+INDEX_FORMAT = "v1"
+
+
 def index_cache_file() -> Path:
     """Where the task index of the installed lm-eval is kept: one file per lm-eval version and install."""
     import hashlib
@@ -40,7 +43,8 @@ def index_cache_file() -> Path:
     import lm_eval
 
     where = hashlib.sha1(str(Path(lm_eval.__file__).resolve().parent).encode()).hexdigest()[:10]
-    return paths.cache_dir() / "lm_eval" / f"task_index-{lm_eval.__version__}-{where}.json"
+    # INDEX_FORMAT: bump it when what is stored changes, so that older files are not read as the new format.
+    return paths.cache_dir() / "lm_eval" / f"task_index-{INDEX_FORMAT}-{lm_eval.__version__}-{where}.json"
 
 
 def _build_index_file(target: Path) -> None:
@@ -61,9 +65,9 @@ def _task_index() -> dict[str, IndexEntry]:
     build_once(target, lambda: _build_index_file(target), "lm-eval's task index")
     try:
         raw = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{target}: not a readable lm-eval task index ({exc}); delete it and rerun") from None
-    return {name: IndexEntry(cfg=entry["cfg"], yaml_path=entry["yaml_path"]) for name, entry in raw.items()}
+        return {name: IndexEntry(cfg=entry["cfg"], yaml_path=entry["yaml_path"]) for name, entry in raw.items()}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{target}: not a readable lm-eval task index ({exc!r}); delete it and rerun") from None
 
 
 # The split fields of an lm-eval task config, in the order lm-eval's ConfigurableTask reads them.

@@ -42,7 +42,6 @@ from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate
 
 
-
 @dataclass
 class SpanFeatures:
     """Model inputs of a list of span-QA rows, one entry per (row, context window)."""
