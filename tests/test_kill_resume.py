@@ -77,16 +77,19 @@ def _kill_when(proc: subprocess.Popen, ready, sig: int, timeout: float = 300) ->
     assert proc.returncode != 0
 
 
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def _until_stopped(proc: subprocess.Popen, timeout: float = 10) -> None:
     """Wait until the kernel shows ``proc`` stopped (state T): SIGSTOP is delivered asynchronously, and a job
     inside a system call (the rename that publishes an output) finishes it first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return  # gone: the caller's next poll() says so
-        if state in ("T", "t", "Z"):
+        if _state(proc.pid) in (None, "T", "t", "Z"):  # None: gone, the caller's next poll() says so
             return
         time.sleep(0.001)
 
@@ -219,13 +222,6 @@ def _descendants_ended(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return all(_state(int(child)) in ("Z", None) for child in children)
-
-
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
 
 
 def test_a_kill_before_snakemake_records_the_outputs_does_not_retrain_from_step_0(scratch_root, monkeypatch):
