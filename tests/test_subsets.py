@@ -6,6 +6,7 @@ follows)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from pathlib import Path
@@ -22,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SIGNAL = ROOT / "params" / "signal.yaml"
 # What the issue asks the CPU subset to cover: ch. 4's uniform / hybrid / skip language modelling, ch. 2's
 # Emb(1K) claim, ch. 3's MHE vs SHA on perplexity.
+# ch3_decoder without its GLUE fine-tuning (the claim is on perplexity; those jobs were a quarter of the CPU).
 CPU_SUBSET = ["ch4_uniform", "ch4_hybrid", "ch4_skip", "ch3_decoder", "ch2_hashformers"]
+CPU_FAMILIES = {"ch3_decoder": ("lm",)}
 
 
 def test_a_subset_narrows_the_runs_and_changes_no_setting():
@@ -34,10 +37,43 @@ def test_a_subset_narrows_the_runs_and_changes_no_setting():
     assert {r.experiment for r in cpu_runs} == set(CPU_SUBSET)
     assert {r.run_id for r in cpu_runs} == {i for i, r in whole_runs.items() if r.experiment in CPU_SUBSET}
     for run in cpu_runs:
-        assert run == whole_runs[run.run_id]
+        whole_run = whole_runs[run.run_id]
+        # the same run, its fine-tuning families narrowed where the subset says so, and nowhere else
+        assert run.finetune == CPU_FAMILIES.get(run.experiment, whole_run.finetune)
+        assert set(run.finetune) <= set(whole_run.finetune)
+        assert run == dataclasses.replace(whole_run, finetune=run.finetune)
         assert pretrain_settings(cpu, run) == pretrain_settings(whole, run)
         for family in run.finetune:
             assert finetune_settings(cpu, run, family) == finetune_settings(whole, run, family)
+    # the whole profile still fine-tunes the decoders on GLUE: the subset changed nothing in the file's matrix
+    assert {r.finetune for r in whole_runs.values() if r.experiment == "ch3_decoder"} == {("glue", "lm")}
+
+
+def test_a_subset_keeping_a_family_its_experiment_lacks_is_refused(scratch_root):
+    path = scratch_root / "params" / "signal.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["subsets"]["cpu"] = ["ch4_uniform", {"ch3_decoder": ["lm", "squad"]}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"subsets\.cpu keeps ch3_decoder's fine-tuning families squad, which the "
+                                          r"experiment does not have \(it has: glue, lm\)"):
+        load_config(path)  # refused even when no subset is chosen
+    doc["subsets"]["cpu"] = ["ch4_uniform", {"ch3_decoder": []}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match="subsets"):
+        load_config(path)  # the schema: a narrowed experiment keeps at least one family
+
+
+def test_a_table_of_a_family_the_subset_leaves_out_is_not_rendered(scratch_root):
+    """Tables 3.9 and 3.10 read only the decoders' GLUE results (tables.yaml ``families``): the cpu subset,
+    which leaves that family out, does not render them; Table 3.2 (GLUE and perplexity) still renders."""
+    root = workflow_project(scratch_root)
+    proc = snakemake(root, "--configfile", "params/signal.yaml", "--config", "subset=cpu", "-n", "-p")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    rendered = set(re.findall(r"leanlm render .*?--table (\S+)", out))
+    assert "table_3_2" in rendered and not {"table_3_9", "table_3_10"} & rendered, sorted(rendered)
+    finetuned = set(re.findall(r"leanlm finetune .*?--run (ch3_decoder-\S+) --family (\S+)", out))
+    assert finetuned and {family for _, family in finetuned} == {"lm"}
 
 
 def test_the_cpu_subset_holds_the_claims_it_is_for():

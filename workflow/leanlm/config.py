@@ -60,15 +60,16 @@ def load_matrix(directory: Path | None = None) -> dict:
 
 def load_config(params_file: str | Path | None = None, subset: str | None = None) -> dict:
     """Read, validate and resolve a profile. ``None`` means the default profile, params/smoke.yaml.
-    ``subset`` names one of the profile's ``subsets``: the profile's settings, only those experiments."""
+    ``subset`` names one of the profile's ``subsets``: the profile's settings, only those experiments (and,
+    where the subset says so, only some of an experiment's fine-tuning families)."""
     path = Path(params_file) if params_file else paths.params_dir() / "smoke.yaml"
     if not path.is_absolute():
         path = paths.project_root() / path
     config = _read_yaml(path)
     _validate(config, _schema("params.schema.json"), path)
     _check_profile_file(config, path)
-    _select_subset(config, subset, path)
     matrix = load_matrix()
+    families = _select_subset(config, subset, path, matrix)
     config["_params_file"] = str(path)
     config["_matrix"] = {}
     for name in config["experiments"]:
@@ -78,6 +79,8 @@ def load_config(params_file: str | Path | None = None, subset: str | None = None
                 f"known: {', '.join(sorted(matrix))}"
             )
         config["_matrix"][name] = matrix[name]
+        if name in families:  # a subset's {experiment: [families]}: the same runs, fewer fine-tuning jobs
+            config["_matrix"][name] = {**matrix[name], "finetune": families[name]}
     from leanlm.profile_checks import check_combinations  # the checks that need the model library and tasks
 
     check_combinations(config, path)
@@ -85,24 +88,46 @@ def load_config(params_file: str | Path | None = None, subset: str | None = None
     return config
 
 
-def _select_subset(config: dict, subset: str | None, path: Path) -> None:
-    """Check every named subset and narrow ``experiments`` to ``subset`` when one is named. A subset
-    changes which runs a profile makes, never a setting: each job it runs is the same job (outputs,
-    params) as in the whole profile."""
+def _subset_items(items: list) -> dict[str, list[str] | None]:
+    """A subset's items as {experiment: its families, or None for all of them}."""
+    out: dict[str, list[str] | None] = {}
+    for item in items:
+        if isinstance(item, str):
+            out[item] = None
+        else:
+            out.update({name: list(families) for name, families in item.items()})
+    return out
+
+
+def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -> dict[str, list[str]]:
+    """Check every named subset and narrow ``experiments`` to ``subset`` when one is named; return the
+    fine-tuning families the subset keeps for the experiments it narrows ({experiment: [families]}). A
+    subset changes which jobs a profile runs, never a setting: each job it runs is the same job (outputs,
+    params) as in the whole profile, and each run keeps its pretraining."""
     subsets = config.get("subsets") or {}
-    for name, experiments in subsets.items():
-        outside = [e for e in experiments if e not in config["experiments"]]
+    for name, items in subsets.items():
+        chosen = _subset_items(items)
+        outside = [e for e in chosen if e not in config["experiments"]]
         if outside:
             raise ConfigError(f"{path}: subsets.{name} lists {', '.join(outside)}, which the profile's "
                               f"experiments do not: a subset only narrows `experiments`")
+        for experiment, families in chosen.items():
+            known = (matrix.get(experiment) or {}).get("finetune", [])
+            unknown = [f for f in families or [] if f not in known]
+            if unknown:
+                raise ConfigError(f"{path}: subsets.{name} keeps {experiment}'s fine-tuning families "
+                                  f"{', '.join(unknown)}, which the experiment does not have (it has: "
+                                  f"{', '.join(known) or 'none'}): a subset only narrows them")
     if not subset:
-        return
+        return {}
     if subset not in subsets:
         raise ConfigError(
             f"{path}: no subset {subset!r} (key subsets); "
             + (f"known: {', '.join(sorted(subsets))}" if subsets else "this profile defines none"))
-    config["experiments"] = list(subsets[subset])
+    chosen = _subset_items(subsets[subset])
+    config["experiments"] = list(chosen)
     config["subset"] = subset
+    return {e: families for e, families in chosen.items() if families is not None}
 
 
 def _check_profile_file(config: dict, path: Path) -> None:

@@ -33,12 +33,16 @@ def outputs_of(name):
 
 
 def result_tables():
-    """Tables rendered from runs whose experiments this profile runs."""
-    wanted = set(CFG["experiments"])
+    """Tables rendered from runs whose experiments this profile runs (and, for a table that reads only some
+    fine-tuning families, `families:` in tables.yaml, runs with one of them: a subset may leave some out)."""
+    def runs_families(spec):
+        wanted = set(spec.get("families") or [])
+        return not wanted or all(wanted & set(CFG["_matrix"][e]["finetune"]) for e in spec["experiments"])
+
     return [
         path
         for name, spec in TABLES.items()
-        if spec["kind"] == "results" and set(spec["experiments"]) <= wanted
+        if spec["kind"] == "results" and set(spec["experiments"]) <= set(CFG["experiments"]) and runs_families(spec)
         for path in outputs_of(name)
     ]
 
