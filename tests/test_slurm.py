@@ -48,7 +48,8 @@ STEPS, EVERY = 500, 50
 MINUTES = int(os.environ.get("LEANLM_TEST_SLURM_MINUTES", "2"))
 ACCOUNT = "myproject"  # the README's example
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs every SLURM test (make test: --dist loadgroup): they share /etc/slurm/slurm.conf.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def readme_commands() -> tuple[str, str, str]:

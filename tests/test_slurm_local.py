@@ -20,7 +20,8 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm_local.sh"
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs every SLURM test (make test: --dist loadgroup): they share /etc/slurm/slurm.conf.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def _cluster_processes(conf: Path) -> dict[int, bytes]:
