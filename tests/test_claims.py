@@ -194,3 +194,29 @@ def test_seed_level_fallback_when_no_per_example_data(scratch_root):
     part = result.parts[0]
     assert part.interval.basis == "seeds" and part.interval.estimate > 5
     assert part.interval.low < part.interval.estimate < part.interval.high
+
+
+def test_a_family_the_subset_leaves_out_is_not_run_even_with_results_on_disk(scratch_root):
+    """signal's cpu subset runs the ch. 3 decoders without GLUE: a GLUE part of theirs is "not run", naming
+    the subset, even where an earlier whole-profile run left GLUE results on disk; their perplexity runs."""
+    from leanlm.claims.report import evaluate_all
+    from leanlm.config import load_config
+
+    signal = scratch_root / "params" / "signal.yaml"
+    config = load_config(signal, subset="cpu")
+    tasks = config["finetune"]["glue"]["tasks"]
+    for run_id, rate in (("ch3_decoder-mhe_mul", 0.85), ("ch3_decoder-sha", 0.55)):
+        _write_run(scratch_root, run_id, rate, tasks=tasks)
+        old = scratch_root / "results" / "smoke" / "runs" / run_id / "glue.json"
+        new = scratch_root / "results" / "signal" / "runs" / run_id / "glue.json"
+        new.parent.mkdir(parents=True)
+        old.rename(new)
+    path = _write_claims(scratch_root, [
+        {**BASE, "id": "ch3_glue_left_out", "chapter": 3, "pairs": [["ch3_decoder-mhe_mul", "ch3_decoder-sha"]]}])
+    (result,) = evaluate_all(config, draws=200, claims_file=path)
+    assert result.verdict == "not run", result
+    assert result.parts[0].reason == ("not run at this profile (subset cpu): ch3_decoder-mhe_mul on glue, "
+                                      "ch3_decoder-sha on glue")
+    # the whole profile runs that family, so the same files give a verdict
+    (whole,) = evaluate_all(load_config(signal), draws=200, claims_file=path)
+    assert whole.verdict == "supported", whole

@@ -10,6 +10,7 @@ runs the profile does not run, or whose results are absent, is "not run" with th
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,12 +128,32 @@ def part_tasks(part: Part, config: dict) -> list[str]:
     return list(part.tasks)
 
 
-def evaluate_part(part: Part, profile: str, config: dict, profile_runs: set[str], tasks: list[str] | None = None,
-                  draws: int = DEFAULT_DRAWS, seed: int = 0) -> PartResult:
+def _families_not_run(part: Part, profile_runs: Mapping[str, frozenset[str]] | set[str]) -> list[str]:
+    """``run on family`` for each fine-tuning result the part reads that the profile does not make: a
+    subset may run a model without some of its families. A bare set of run ids says nothing of families."""
+    if not isinstance(profile_runs, Mapping):
+        return []
+    missing = []
+    for side in (part.a, part.b):
+        family = side.family or part.family
+        if side.kind in ("timing", "baseline") or family == "pretrain":
+            continue
+        missing += [f"{r} on {family}" for r in side.runs if family not in profile_runs[r]]
+    return sorted(set(missing))
+
+
+def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
+                  tasks: list[str] | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0) -> PartResult:
+    """``profile_runs``: the profile's runs, each with the fine-tuning families it runs (or a set of ids)."""
     label = f"{part.a.label} vs {part.b.label}" + (f" on {part.family}" if part.family != "pretrain" else "")
     absent = sorted(r for side in (part.a, part.b) for r in side.runs if r not in profile_runs)
     if absent:
         return PartResult(part, label, NOT_RUN, reason=f"not run at this profile: {', '.join(absent)}")
+    # never a result left on disk by another run of the profile: only what this one makes
+    unrun = _families_not_run(part, profile_runs)
+    if unrun:
+        subset = f" (subset {config['subset']})" if config.get("subset") else ""
+        return PartResult(part, label, NOT_RUN, reason=f"not run at this profile{subset}: {', '.join(unrun)}")
     try:
         tasks = tasks if tasks is not None else part_tasks(part, config)
         sides = _Sides(profile, config, part, tasks)
@@ -149,7 +170,7 @@ def evaluate_part(part: Part, profile: str, config: dict, profile_runs: set[str]
     return PartResult(part, label, verdict(interval, part.region), interval, a, b)
 
 
-def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: set[str],
+def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
                    draws: int = DEFAULT_DRAWS) -> ClaimResult:
     results = []
     for i, part in enumerate(claim.parts):
