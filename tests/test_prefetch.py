@@ -3,9 +3,10 @@
 The prefetcher must change nothing but timing: the same batches, losses and weights, bit for bit on CPU,
 with it on and off (a real MLM pretraining batch source with dropout in the model, grad_accum 2); an
 error in building a batch must surface when that batch is due. The loop that reads losses back only at
-log/eval/checkpoint boundaries (on accelerators; forced here on CPU) must still make no update with a
-non-finite loss. The packed batches and the heads must give the models nothing that makes the host wait
-for the device: no all-ones attention_mask, the MLM's labelled positions counted on the CPU.
+log/eval/checkpoint boundaries (leanlm.training.loss_readback; on accelerators, forced here on CPU) must
+still make no update with a non-finite loss. The packed batches and the heads must give the models
+nothing that makes the host wait for the device: no all-ones attention_mask, the MLM's labelled
+positions counted on the CPU.
 """
 
 import pytest
@@ -16,7 +17,7 @@ from leanlm.errors import TrainingError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.decoder import GPT2ForCausalLM
 from leanlm.modeling.heads import BertForMLM, labelled_positions
-from leanlm.training import engine
+from leanlm.training import loss_readback
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.prefetch import BatchPrefetcher
 from leanlm.training.pretrain import CausalLMBatches, MLMBatches
@@ -108,20 +109,20 @@ def test_engine_error_in_a_batch_surfaces_at_its_step(tmp_path):
 @pytest.fixture
 def deferred(monkeypatch):
     """The accelerator's loop on CPU: losses read at boundaries, the fused AdamW skipping bad steps."""
-    monkeypatch.setattr(engine, "_defers_checks", lambda device: True)
+    monkeypatch.setattr(loss_readback, "defers_checks", lambda device: True)
 
 
 def test_deferred_reads_record_the_same_run(deferred):
     deferred_model, deferred_trainer, deferred_summary = train(prefetch=2)
     assert deferred_trainer.deferred_checks and deferred_trainer.optimizer.defaults["fused"]
-    assert deferred_trainer._pending == []  # everything read back before fit returned
+    assert deferred_trainer.readback.pending == []  # everything read back before fit returned
     # Fused and unfused AdamW round differently; the run is the same to float precision.
-    engine_defers = engine._defers_checks
+    readback_defers = loss_readback.defers_checks
     try:
-        engine._defers_checks = lambda device: False
+        loss_readback.defers_checks = lambda device: False
         _, eager, eager_summary = train(prefetch=2)
     finally:
-        engine._defers_checks = engine_defers
+        loss_readback.defers_checks = readback_defers
     assert torch.allclose(deferred_trainer.state.losses, eager.state.losses, rtol=1e-5, atol=0)
     assert [r["step"] for r in deferred_summary["history"]] == [r["step"] for r in eager_summary["history"]]
     assert deferred_summary["tokens"] == eager_summary["tokens"]

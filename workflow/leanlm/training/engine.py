@@ -42,7 +42,7 @@ from leanlm.progress import progress
 
 from leanlm.errors import ConfigError, TrainingError
 from leanlm.io import write_error
-from leanlm.training import checkpointing
+from leanlm.training import checkpointing, loss_readback
 from leanlm.training.distributed import (
     all_reduce_sum,
     barrier,
@@ -109,7 +109,7 @@ class Trainer:
         self.autocast_dtype = _autocast_dtype(config.precision, self.device)
         # On an accelerator the loss is read back only at the log/eval/checkpoint boundaries, not every
         # step (a read waits for the device); the fused AdamW skips an update on the device instead.
-        self.deferred_checks = _defers_checks(self.device)
+        self.deferred_checks = loss_readback.defers_checks(self.device)
         self.optimizer = torch.optim.AdamW(
             adamw_param_groups(self.model, config.weight_decay), lr=config.lr,
             betas=config.adam_betas, eps=config.adam_eps, fused=self.deferred_checks,
@@ -120,8 +120,9 @@ class Trainer:
         # DDP wraps in fit; compile (TrainConfig.compile) wraps the module that trains, not self.model,
         # whose parameters, state_dict and evaluation stay those of the plain module.
         self.train_model: nn.Module | None = None if self.world_size > 1 else _compiled(self.model, config.compile)
-        self._pending: list[tuple[int, float, torch.Tensor]] = []  # (step, lr, [loss, tokens]) not yet read
-        self._nonfinite: torch.Tensor | None = None  # deferred checks: 1.0 once a step's loss was not finite
+        self.readback = loss_readback.LossReadback(
+            self.optimizer, self.deferred_checks, self.run_dir, config.lr
+        )
         self.state = checkpointing.TrainingState.fresh(config.total_steps)
         self.resumed_from: int | None = None
         self._rng_to_restore: dict | None = None
@@ -219,16 +220,8 @@ class Trainer:
         # The token count is a host number: filled in on the device, no copy to wait for.
         stats = torch.stack([loss_sum.double() / self.local_accum,
                              torch.full((), float(tokens), dtype=torch.float64, device=self.device)])
-        stats = all_reduce_sum(stats)
-        if self.deferred_checks:
-            # No update from a non-finite loss, decided on the device: the fused AdamW skips its step while
-            # found_inf is 1 (as under a GradScaler); it stays 1 until the next read raises.
-            bad = (~torch.isfinite(stats[0])).float()
-            self._nonfinite = bad if self._nonfinite is None else torch.maximum(self._nonfinite, bad)
-            self.optimizer.found_inf = self._nonfinite
-            self._pending.append((step, lr, stats))
-        else:
-            self._pending.append((step, lr, stats))
+        self.readback.add(step, lr, all_reduce_sum(stats))
+        if not self.deferred_checks:
             self._read_pending()  # raises before the update if the loss is not finite
         if cfg.clip_norm is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
@@ -238,25 +231,13 @@ class Trainer:
         return lr
 
     def _read_pending(self) -> None:
-        """Read the losses and token counts of the steps not yet read (one device sync), record them and
-        raise TrainingError at the first non-finite loss, naming its step."""
-        if not self._pending:
+        """Read the losses and token counts of the steps not yet read (one device sync,
+        :class:`~leanlm.training.loss_readback.LossReadback`), record them and raise TrainingError at the
+        first non-finite loss, naming its step."""
+        if not self.readback.pending:
             return
-        cfg, st = self.config, self.state
-        values = torch.stack([stats for _, _, stats in self._pending]).tolist()
-        pending, self._pending = self._pending, []
-        for (step, lr, _), (loss_sum, step_tokens) in zip(pending, values):
-            loss_value = loss_sum / self.world_size
-            if not math.isfinite(loss_value):
-                self.optimizer.zero_grad(set_to_none=True)
-                last = pending[-1][0]  # losses are read back at log/eval/checkpoint steps on an accelerator
-                later = ("" if last == step else f"; so was the update of step {last}" if last == step + 1
-                         else f"; so were the updates of steps {step + 1} to {last}")
-                raise TrainingError(
-                    f"loss is {loss_value} at step {step} (0-based; the batches of batch_at({step}, ...)) "
-                    f"of run {self.run_dir}; no update was made with it{later}. Lower the learning rate "
-                    f"(lr={cfg.lr}), check the data of that step, or try precision='fp32'"
-                )
+        st = self.state
+        for step, lr, loss_value, step_tokens in self.readback.read(self.world_size):
             st.losses[step] = loss_value
             st.tokens += round(step_tokens)
             self._session_tokens += round(step_tokens)
@@ -429,12 +410,6 @@ def local_grad_accum(grad_accum: int, world_size: int, desc: str = "train") -> i
             f"on {' / '.join(map(str, divisors))} processes"
         )
     return grad_accum // world_size
-
-
-def _defers_checks(device: torch.device) -> bool:
-    """Whether the loop reads losses at boundaries only (accelerators) rather than every step (CPU, where
-    a read costs nothing): the skip of a non-finite step then needs the fused AdamW's ``found_inf``."""
-    return device.type == "cuda"
 
 
 def _compiled(model: nn.Module, compile: bool) -> nn.Module:
