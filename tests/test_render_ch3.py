@@ -161,3 +161,22 @@ def test_table_3_15_configurations(scratch_root, config):
                                      r"\textit{100K}", r"\textit{18.87M}", r"\textit{6.52M}", r"\textit{24.8}",
                                      r"\textit{23.6}", r"\textit{95.0}"]
     assert cells(tex, "BIG", 1)[5] == r"\textit{300K}"
+
+
+def test_table_3_2_without_the_decoders_glue_shows_the_perplexities_only(scratch_root):
+    """signal's cpu subset fine-tunes the ch. 3 decoders on WikiText-103 and PTB only: Table 3.2 leaves out
+    its GLUE block and renders the two perplexity blocks from the runs that were made."""
+    from ch3_synthetic import write_tidy as write
+    from leanlm.reporting.aggregate import load
+    from leanlm.reporting.render import TABLES, write_table
+
+    cpu = load_config(scratch_root / "params" / "signal.yaml", subset="cpu")
+    frame = write(scratch_root, cpu)
+    assert set(frame.loc[frame["experiment"] == "ch3_decoder", "family"]) == {"lm"}
+    tex_path, csv_path = write_table("signal", "table_3_2", TABLES.get("table_3_2")("signal", cpu, load("signal")))
+    tex = tex_path.read_text()
+    assert r"\multicolumn{3}{c}{WIKITEXT-103}" in tex and r"\multicolumn{3}{c}{PENN TREEBANK}" in tex
+    assert "GLUE}" not in tex
+    csv = pd.read_csv(csv_path).set_index("attention")
+    # 43.0 + 0.1 x (seed - 0.5) over signal's three seeds
+    assert csv.loc["MHA", "wikitext103_mean"] == pytest.approx(43.05) and not any(c.startswith("glue_") for c in csv.columns)
