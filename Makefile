@@ -35,12 +35,13 @@ analytic: setup
 # One intra-op thread per test process: tiny tensors gain nothing from more, and on a busy 2-core
 # machine oversubscribed threads made the suite tens of times slower. One test process per core
 # (pytest-xdist; TEST_WORKERS=1 for one): the end-to-end tests wait much of their time on subprocesses and
-# the SLURM test on its cluster, and another worker runs meanwhile. --dist loadgroup keeps the tests of one
-# xdist_group (the SLURM ones, which share the machine's slurm.conf) in one worker. --durations: the 25
-# slowest tests in every run (CI must stay under 30 minutes; they show where the time goes).
+# the SLURM test on its cluster, and another worker runs meanwhile. --dist loadfile: a test file runs whole
+# in one worker, its module fixtures built once (not loadgroup: pytest-xdist 3.8 groups by rewriting node
+# ids, which pytest 9 no longer reads). --durations: the 25 slowest tests in every run (CI must stay under
+# 30 minutes; they show where the time goes).
 TEST_WORKERS ?= auto
 test: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # The README's rehearsal command, verbatim (README "Rehearsal"): every job of the paper profile at tiny size,
 # offline, on a hub mirror of fixtures that its first job writes.

@@ -53,12 +53,3 @@ def offline_with(monkeypatch):
     yield use
     mirror.configure_mirror({})
 
-
-def pytest_collection_modifyitems(config, items):
-    """Under `make test`'s parallel run (pytest-xdist, --dist loadgroup) each test file runs whole in one
-    worker, as with --dist loadfile: a module-scoped fixture (test_pipeline.py's tiny end-to-end DAG,
-    several minutes) is then built once, not once per worker. A test that already names an xdist_group
-    (the SLURM tests across two files: one slurm.conf for the machine) keeps it."""
-    for item in items:
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))

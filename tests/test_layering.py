@@ -238,3 +238,18 @@ def test_reading_a_profile_needs_no_model_library():
     # training stack live in leanlm.profile_checks (issue 15: cross-package checks leave config.py).
     layers = ("leanlm.modeling", "leanlm.data", "leanlm.training", "leanlm.evaluation", "leanlm.reporting")
     assert sorted(i for i in GRAPH["leanlm.config"] if _in(i, layers)) == []
+
+
+def test_a_tables_families_are_families_of_its_experiments():
+    """tables.yaml's ``families:`` (the families a table reads, so that a subset leaving them out skips it):
+    a misspelt family would make the table skipped silently, even for the whole profile."""
+    from leanlm.config import load_matrix
+
+    matrix = load_matrix()
+    items = yaml.safe_load((ROOT / "params" / "tables.yaml").read_text())
+    narrowed = {name: spec for name, spec in items.items() if "families" in spec}
+    assert {"table_3_9", "table_3_10"} <= set(narrowed)
+    for name, spec in narrowed.items():
+        assert spec["kind"] == "results", name
+        for experiment in spec["experiments"]:
+            assert set(spec["families"]) <= set(matrix[experiment]["finetune"]), (name, experiment)

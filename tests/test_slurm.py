@@ -38,6 +38,7 @@ import pytest
 import yaml
 
 from fake_wheels import write_fake_wheels
+from slurm_lock import slurm_cluster_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm_local.sh"
@@ -48,8 +49,7 @@ STEPS, EVERY = 500, 50
 MINUTES = int(os.environ.get("LEANLM_TEST_SLURM_MINUTES", "2"))
 ACCOUNT = "myproject"  # the README's example
 
-# One xdist worker runs every SLURM test (make test: --dist loadgroup): they share /etc/slurm/slurm.conf.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+pytestmark = pytest.mark.slow
 
 
 def readme_commands() -> tuple[str, str, str]:
@@ -71,17 +71,18 @@ def slurm(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.fail("the SLURM test starts slurmctld/slurmd/slurmdbd as root (and apt-get installs them)")
     state = Path("/tmp") / f"leanlm-slurm-{os.getpid()}"  # short: munge/slurm socket paths have a length limit
-    try:
-        out = subprocess.run(["bash", str(SCRIPT), "start", str(state)], capture_output=True, text=True,
-                             timeout=600)
-        assert out.returncode == 0, f"slurm_local.sh start failed:\n{out.stderr[-3000:]}"
-        env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}
-        for args in (["add", "account", ACCOUNT], ["add", "user", "root", f"account={ACCOUNT}"]):
-            subprocess.run(["sacctmgr", "-i", *args], env=env, check=True, capture_output=True, timeout=60)
-        yield env
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "stop", str(state)], timeout=120)
-        shutil.rmtree(state, ignore_errors=True)
+    with slurm_cluster_lock():  # test_slurm_local.py's cluster may be up in another test process
+        try:
+            out = subprocess.run(["bash", str(SCRIPT), "start", str(state)], capture_output=True, text=True,
+                                 timeout=600)
+            assert out.returncode == 0, f"slurm_local.sh start failed:\n{out.stderr[-3000:]}"
+            env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}
+            for args in (["add", "account", ACCOUNT], ["add", "user", "root", f"account={ACCOUNT}"]):
+                subprocess.run(["sacctmgr", "-i", *args], env=env, check=True, capture_output=True, timeout=60)
+            yield env
+        finally:
+            subprocess.run(["bash", str(SCRIPT), "stop", str(state)], timeout=120)
+            shutil.rmtree(state, ignore_errors=True)
 
 
 def _copy_project(root: Path) -> Path:

@@ -4,7 +4,8 @@ A job that slurmd was still starting when `stop` cancelled it kept its slurmstep
 after the daemons had gone (seen once after the SLURM test). The worst case of that is made on purpose
 here, on a real single-node SLURM: a running batch job's slurmctld and slurmd are killed with SIGKILL, so
 nothing is left to cancel the job, and `stop` must still end its slurmstepd and its processes. Its own
-cluster (not test_slurm.py's module cluster): the two would share /etc/slurm/slurm.conf.
+cluster (not test_slurm.py's module cluster): the two would share /etc/slurm/slurm.conf, so each holds
+tests/slurm_lock.py's lock while its cluster is up (make test runs test files in parallel processes).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from slurm_lock import slurm_cluster_lock
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm_local.sh"
 
-# One xdist worker runs every SLURM test (make test: --dist loadgroup): they share /etc/slurm/slurm.conf.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+pytestmark = pytest.mark.slow
 
 
 def _cluster_processes(conf: Path) -> dict[int, bytes]:
@@ -41,6 +43,11 @@ def _cluster_processes(conf: Path) -> dict[int, bytes]:
 
 
 def test_stop_ends_the_jobs_of_a_cluster_whose_daemons_died(tmp_path):
+    with slurm_cluster_lock():
+        _stop_ends_the_jobs_of_a_cluster_whose_daemons_died(tmp_path)
+
+
+def _stop_ends_the_jobs_of_a_cluster_whose_daemons_died(tmp_path):
     if os.geteuid() != 0:
         pytest.fail("slurm_local.sh starts slurmctld/slurmd/slurmdbd as root (and apt-get installs them)")
     state = Path("/tmp") / f"leanlm-slurm-stop-{os.getpid()}"  # short: socket paths have a length limit

@@ -42,9 +42,9 @@ def test_a_subset_narrows_the_runs_and_changes_no_setting():
         assert run.finetune == CPU_FAMILIES.get(run.experiment, whole_run.finetune)
         assert set(run.finetune) <= set(whole_run.finetune)
         assert run == dataclasses.replace(whole_run, finetune=run.finetune)
-        assert pretrain_settings(cpu, run) == pretrain_settings(whole, run)
+        assert pretrain_settings(cpu, run) == pretrain_settings(whole, whole_run)
         for family in run.finetune:
-            assert finetune_settings(cpu, run, family) == finetune_settings(whole, run, family)
+            assert finetune_settings(cpu, run, family) == finetune_settings(whole, whole_run, family)
     # the whole profile still fine-tunes the decoders on GLUE: the subset changed nothing in the file's matrix
     assert {r.finetune for r in whole_runs.values() if r.experiment == "ch3_decoder"} == {("glue", "lm")}
 
@@ -61,8 +61,31 @@ def test_a_subset_keeping_a_family_its_experiment_lacks_is_refused(scratch_root)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.raises(ConfigError, match="subsets"):
         load_config(path)  # the schema: a narrowed experiment keeps at least one family
+    # named twice: refused, whichever order (no silent winner)
+    for twice in (["ch3_decoder", {"ch3_decoder": ["lm"]}], [{"ch3_decoder": ["lm"]}, {"ch3_decoder": ["glue"]}]):
+        doc["subsets"]["cpu"] = twice
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        with pytest.raises(ConfigError, match=r"subsets\.cpu names experiment ch3_decoder twice"):
+            load_config(path)
+    # the translation objective pretrains on a task of its families: never narrowed
+    doc["subsets"]["cpu"] = [{"ch3_encdec": ["translation"]}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"narrows ch3_encdec's fine-tuning families, but its objective "
+                                          r"'translation' pretrains on a task of those families"):
+        load_config(path)
 
 
+def test_narrowed_families_keep_the_matrix_order_and_their_variants(scratch_root):
+    from leanlm.config import _narrowed
+
+    experiment = {"finetune": ["glue", "lm", "squad"], "finetune_variants": {"glue": "glue_ch2", "squad": "x"}}
+    assert _narrowed(experiment, ["squad", "glue"]) == {"finetune": ["glue", "squad"],
+                                                         "finetune_variants": {"glue": "glue_ch2", "squad": "x"}}
+    assert _narrowed(experiment, ["lm"]) == {"finetune": ["lm"], "finetune_variants": {}}
+    assert _narrowed({"finetune": ["glue", "lm"]}, ["lm"]) == {"finetune": ["lm"]}
+
+
+@pytest.mark.slow
 def test_a_table_of_a_family_the_subset_leaves_out_is_not_rendered(scratch_root):
     """Tables 3.9 and 3.10 read only the decoders' GLUE results (tables.yaml ``families``): the cpu subset,
     which leaves that family out, does not render them; Table 3.2 (GLUE and perplexity) still renders."""

@@ -26,7 +26,8 @@ def _params_arg(p: argparse.ArgumentParser) -> None:
         "--subset",
         default=None,
         metavar="NAME",
-        help="only the experiments of the profile's subset NAME (key subsets), e.g. cpu in params/signal.yaml",
+        help="only the experiments (and, where it says so, fine-tuning families) of the profile's subset NAME "
+        "(key subsets), e.g. cpu in params/signal.yaml",
     )
 
 

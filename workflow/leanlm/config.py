@@ -31,7 +31,7 @@ from typing import Any
 
 from leanlm import paths
 from leanlm.errors import ConfigError
-from leanlm.runs import absent_runs
+from leanlm.runs import FAMILY_READING_OBJECTIVES, absent_runs
 from leanlm.schemas import read_params_yaml as _read_yaml
 from leanlm.schemas import schema as _schema
 from leanlm.schemas import validate as _validate
@@ -80,7 +80,7 @@ def load_config(params_file: str | Path | None = None, subset: str | None = None
             )
         config["_matrix"][name] = matrix[name]
         if name in families:  # a subset's {experiment: [families]}: the same runs, fewer fine-tuning jobs
-            config["_matrix"][name] = {**matrix[name], "finetune": families[name]}
+            config["_matrix"][name] = _narrowed(matrix[name], families[name])
     from leanlm.profile_checks import check_combinations  # the checks that need the model library and tasks
 
     check_combinations(config, path)
@@ -88,14 +88,27 @@ def load_config(params_file: str | Path | None = None, subset: str | None = None
     return config
 
 
-def _subset_items(items: list) -> dict[str, list[str] | None]:
-    """A subset's items as {experiment: its families, or None for all of them}."""
+def _narrowed(experiment: dict, keep: list[str]) -> dict:
+    """The experiment with only the fine-tuning families ``keep``, in the matrix's order (code that takes
+    a run's first family of a kind, as the translation objective does, sees what the whole profile sees),
+    and only the fine-tuning variants of those families."""
+    variants = {f: v for f, v in experiment.get("finetune_variants", {}).items() if f in keep}
+    narrowed = {**experiment, "finetune": [f for f in experiment["finetune"] if f in keep]}
+    if "finetune_variants" in experiment:
+        narrowed["finetune_variants"] = variants
+    return narrowed
+
+
+def _subset_items(items: list, where: str) -> dict[str, list[str] | None]:
+    """A subset's items as {experiment: its families, or None for all of them}; an experiment named twice
+    (as a name and as a mapping, or in two mappings) is refused rather than one of them silently winning."""
     out: dict[str, list[str] | None] = {}
     for item in items:
-        if isinstance(item, str):
-            out[item] = None
-        else:
-            out.update({name: list(families) for name, families in item.items()})
+        for name, families in ({item: None} if isinstance(item, str) else item).items():
+            if name in out:
+                raise ConfigError(f"{where} names experiment {name} twice; name it once, with the fine-tuning "
+                                  f"families it keeps ({{{name}: [...]}}) or alone for all of them")
+            out[name] = None if families is None else list(families)
     return out
 
 
@@ -106,12 +119,17 @@ def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -
     params) as in the whole profile, and each run keeps its pretraining."""
     subsets = config.get("subsets") or {}
     for name, items in subsets.items():
-        chosen = _subset_items(items)
+        chosen = _subset_items(items, f"{path}: subsets.{name}")
         outside = [e for e in chosen if e not in config["experiments"]]
         if outside:
             raise ConfigError(f"{path}: subsets.{name} lists {', '.join(outside)}, which the profile's "
                               f"experiments do not: a subset only narrows `experiments`")
         for experiment, families in chosen.items():
+            objective = (matrix.get(experiment) or {}).get("objective")
+            if families is not None and objective in FAMILY_READING_OBJECTIVES:
+                raise ConfigError(f"{path}: subsets.{name} narrows {experiment}'s fine-tuning families, but its "
+                                  f"objective {objective!r} pretrains on a task of those families; name the "
+                                  f"experiment whole")
             known = (matrix.get(experiment) or {}).get("finetune", [])
             unknown = [f for f in families or [] if f not in known]
             if unknown:
@@ -124,7 +142,7 @@ def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -
         raise ConfigError(
             f"{path}: no subset {subset!r} (key subsets); "
             + (f"known: {', '.join(sorted(subsets))}" if subsets else "this profile defines none"))
-    chosen = _subset_items(subsets[subset])
+    chosen = _subset_items(subsets[subset], f"{path}: subsets.{subset}")
     config["experiments"] = list(chosen)
     config["subset"] = subset
     return {e: families for e, families in chosen.items() if families is not None}

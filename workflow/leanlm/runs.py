@@ -25,6 +25,10 @@ RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers", "objective", "
 # Objectives with no pretrain.<objective> block: `none` writes an initialised model (ProFormer is
 # trained from scratch on each task), `hub` saves a pretrained hub checkpoint (CANINE-C).
 BLOCKLESS_OBJECTIVES = ("none", "hub")
+# Objectives that train on a task of the run's fine-tuning families (objectives/translation.py,
+# translation_task: the first seq2seq task of its families): a subset may not narrow such an experiment's
+# families, which could change what its pretraining trains on while its job looks the same to Snakemake.
+FAMILY_READING_OBJECTIVES = ("translation",)
 # The attention a run gets when it names none: the thesis's standard softmax attention.
 DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen": "standard"}
 
