@@ -7,7 +7,7 @@
 What it copies (from paper_tables/<profile>/ and benchmarks/<profile>/): claims.{md,csv,tex}, every
 figure_*.{png,pdf,csv} and table_*.csv the run rendered, and the benchmarks' summary.md. It writes RUN.json
 (command, commit, machine, wall time, start/end, the machine's load while it ran when a log of
-`/proc/loadavg` samples is given) so a reader can tell exactly what produced the numbers. Nothing here
+`/proc/loadavg` samples is given, and any `--note`) so a reader can tell exactly what produced the numbers. Nothing here
 computes a result: it only moves what the pipeline wrote.
 """
 
@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", default="")
     parser.add_argument("--end", default="")
     parser.add_argument("--load-log", type=Path, default=None)
+    parser.add_argument("--note", action="append", default=[],
+                        help="a fact about how the run was made that the reader needs (repeatable), kept in RUN.json")
     args = parser.parse_args(argv)
 
     tables = args.source / "paper_tables" / args.profile
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         copied.append("benchmarks_summary.md")
     run = {"profile": args.profile, "command": args.command, "commit": args.commit,
            "wall_seconds": args.wall_seconds, "start": args.start, "end": args.end,
-           "machine": _machine(), "load_while_running": _load(args.load_log), "files": copied}
+           "machine": _machine(), "load_while_running": _load(args.load_log), "notes": args.note, "files": copied}
     tmp = args.dest / "RUN.json.tmp"
     tmp.write_text(json.dumps(run, indent=2) + "\n")
     tmp.replace(args.dest / "RUN.json")
