@@ -15,8 +15,6 @@ from leanlm.modeling.encoder import BertEncoder
 
 from attention_modules import D_MODEL, HEAD_DIM, N_HEADS, inputs, make  # noqa: E402  (tests/ is on sys.path)
 
-torch.set_num_threads(2)
-
 VARIANTS = ["sha", "mha", "mhe_add", "mhe_mul"]
 
 
