@@ -52,4 +52,3 @@ def offline_with(monkeypatch):
 
     yield use
     mirror.configure_mirror({})
-
