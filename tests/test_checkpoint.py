@@ -18,8 +18,6 @@ from leanlm.modeling.checkpoint import (
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.heads import BertForMLM, BertForSequenceClassification
 
-torch.set_num_threads(2)
-
 TINY = dict(vocab_size=120, n_layers=2, d_model=32, n_heads=4, head_dim=8, d_ff=64,
             max_position=40, type_vocab_size=2)
 

@@ -13,8 +13,6 @@ from leanlm.modeling.counting import attention_blocks, model_attention_parameter
 from leanlm.modeling.decoder import GPT2ForCausalLM, GPT2ForSequenceClassification
 from leanlm.modeling.models import build_model
 
-torch.set_num_threads(2)
-
 GPT2_BASE = dict(backbone="gpt2", vocab_size=50257, n_layers=12, d_model=768, n_heads=12, head_dim=64,
                  d_ff=3072, max_position=1024, type_vocab_size=0, layer_norm_eps=1e-5)
 GPT2_MEDIUM = dict(GPT2_BASE, n_layers=24, d_model=1024, n_heads=16, d_ff=4096)

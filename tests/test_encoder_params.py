@@ -21,8 +21,6 @@ from leanlm.modeling.counting import (
 from leanlm.modeling.encoder import BertEncoder
 from leanlm.modeling.heads import BertForMLM, BertForSequenceClassification
 
-torch.set_num_threads(2)
-
 BERT_BASE = dict(vocab_size=30522, n_layers=12, d_model=768, n_heads=12, head_dim=64, d_ff=3072,
                  max_position=512, type_vocab_size=2)
 

@@ -20,8 +20,6 @@ from leanlm.training.engine import TrainConfig, Trainer, adamw_param_groups, cou
 from leanlm.training.schedules import lr_multiplier
 from leanlm.training.seeding import step_generator
 
-torch.set_num_threads(2)
-
 W_TRUE = torch.tensor([1.5, -2.0, 0.5, 1.0])
 
 

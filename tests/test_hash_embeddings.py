@@ -32,8 +32,6 @@ from leanlm.modeling.models import build_model
 from leanlm.modeling.projection_embeddings import BERT_HASH_SIZES, bert_hash_config
 from leanlm.reporting.ch2.counts import table_2_2_parameter_rows
 
-torch.set_num_threads(2)
-
 TINY = dict(vocab_size=50, n_layers=1, d_model=16, n_heads=2, head_dim=8, d_ff=32, max_position=24)
 
 

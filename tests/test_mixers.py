@@ -1,5 +1,6 @@
 """Ch. 4's token mixers: recurrent == parallel, the exact formulas, stability, padding, GQA."""
 
+import dataclasses
 import math
 
 import pytest
@@ -264,3 +265,37 @@ def test_formula_methods_equal_their_printed_formulas(name):
     # Defaults: FLOPs of the prefill, activations without tensor parallelism (t = 1).
     assert cls.flops(**size) == cls.flops(**size, stage="prefill")
     assert cls.activation_memory(**size) == cls.activation_memory(**size, t=1)
+
+
+def _on(ctx: MixerContext, device: str) -> MixerContext:
+    """The context with its tensors moved to ``device`` (as a GPU run builds them there)."""
+    moved = {f: getattr(ctx, f).to(device) for f in ("cos", "sin", "attention_mask", "embeddings")
+             if getattr(ctx, f) is not None}
+    if ctx.fixed_qk:
+        moved["fixed_qk"] = {layer: (q.to(device), k.to(device)) for layer, (q, k) in ctx.fixed_qk.items()}
+    return dataclasses.replace(ctx, **moved)
+
+
+@pytest.mark.parametrize("name", sorted(MIXERS.names()))
+def test_mixers_make_their_masks_on_the_inputs_device(name):
+    """Masks and running sums a mixer creates itself must be on its input's device, not the CPU default;
+    the development machine has no GPU, so the meta device stands in for one (mixing it with a CPU tensor
+    is an error, as with CUDA). Forward with padding and a captured map, then prefill and decode steps."""
+    mixer = make(name)
+    length = 70  # more than one 64-token chunk of the linear forms
+    mask = torch.ones(2, length, dtype=torch.bool)
+    mask[1, -5:] = False
+    ctx = _on(dataclasses.replace(context(mixer, length), attention_mask=mask, capture={}), "meta")
+    mixer = mixer.to("meta")
+    h = torch.randn(2, length, D, dtype=torch.float64, device="meta")
+    assert mixer(h, ctx).device.type == "meta"
+    assert all(t.device.type == "meta" for layer in ctx.capture.values() for t in layer.values())
+    if name in DECODING:  # as test_recurrent_form_equals_parallel_form steps, on the meta device
+        whole, prompt = _on(context(make(name), length), "meta"), 60
+        head = MixerContext(cos=whole.cos[:prompt], sin=whole.sin[:prompt], fixed_qk=whole.fixed_qk,
+                            embeddings=None if whole.embeddings is None else whole.embeddings[:, :prompt])
+        out, state = mixer.prefill(h[:, :prompt], head)
+        emb = None if whole.embeddings is None else whole.embeddings[:, prompt:prompt + 1]
+        y, state = mixer.step(h[:, prompt], state, MixerContext(embeddings=emb))
+        assert out.device.type == y.device.type == "meta"
+        assert all(t.device.type == "meta" for t in state.values() if isinstance(t, torch.Tensor))

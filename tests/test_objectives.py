@@ -7,8 +7,6 @@ from leanlm.errors import ConfigError, DataError
 from leanlm.training.objectives import IGNORE_INDEX, mlm_mask, pack_sequences, special_tokens_mask
 from leanlm.training.seeding import step_generator
 
-torch.set_num_threads(2)
-
 PAD, CLS, SEP, MASK, VOCAB = 0, 1, 2, 3, 1000
 
 

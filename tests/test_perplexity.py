@@ -15,8 +15,6 @@ from leanlm.evaluation.perplexity import sliding_windows, strided_perplexity
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.decoder import GPT2ForCausalLM
 
-torch.set_num_threads(2)
-
 TINY = dict(backbone="gpt2", vocab_size=53, n_layers=2, d_model=32, n_heads=4, head_dim=8, d_ff=64,
             max_position=16, type_vocab_size=0, layer_norm_eps=1e-5, dropout=0.0, attention_dropout=0.0)
 

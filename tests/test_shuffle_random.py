@@ -14,8 +14,6 @@ from leanlm.modeling.models import build_model, transfer_backbone
 from leanlm.modeling.shuffle_random import BertForShuffleRandom
 from leanlm.training.shuffle_random import IGNORE_INDEX, shuffle_random
 
-torch.set_num_threads(2)
-
 
 def corpus_batch(rows=64, length=256, seed=0):
     g = torch.Generator().manual_seed(seed)

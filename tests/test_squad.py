@@ -17,8 +17,6 @@ from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.metrics import compute
 from leanlm.evaluation.squad import as_references, exact_match_score, f1_score, normalize_answer
 
-torch.set_num_threads(2)
-
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "squad"
 
