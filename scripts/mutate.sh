@@ -17,7 +17,7 @@ python=${PYTHON:-$root/.venv/bin/python}
 # work folder, since mutmut maps tests to mutants once per selection).
 work=build/mutate${TESTS:+-$(echo "$TESTS" | sha1sum | cut -c1-8)}
 mkdir -p "$work"
-for link in workflow tests params Snakefile; do ln -sfn "../../$link" "$work/$link"; done
+for link in workflow tests params Snakefile dvc.yaml dvc_stages.yaml; do ln -sfn "../../$link" "$work/$link"; done
 ln -sfn ../../workflow "$work/src"
 "$python" - "$work/pyproject.toml" "${TESTS:-}" <<'PY'
 import json, re, sys
