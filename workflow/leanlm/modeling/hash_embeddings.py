@@ -258,9 +258,10 @@ class HashPoolEmbedding(HashEmbedding):
     def codewords(self, hash_bits: torch.Tensor) -> torch.Tensor:
         """LongTensor [..., ceil(T/k)] of the bits read k at a time (exact: values < 2^24)."""
         bits = _bits(hash_bits, self.n_bits, self.name).float()
-        # Autocast would run this product in bf16/fp16, which cannot hold 10-bit integers exactly.
+        # Autocast would run this product in bf16/fp16, which cannot hold 10-bit integers exactly; and
+        # model.to(dtype) casts the buffer too, so it is brought back to float32 here.
         with torch.autocast(device_type=bits.device.type, enabled=False):
-            return torch.matmul(bits, self.powers).round_().long()
+            return torch.matmul(bits, self.powers.float()).round_().long()
 
     def embed_hashed(self, hash_bits: torch.Tensor) -> torch.Tensor:
         codes = self.codewords(hash_bits)
