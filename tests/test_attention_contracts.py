@@ -113,6 +113,12 @@ def test_token_mixers_keep_the_inputs_dtype(name, dtype):
     assert module(inputs(length=6).to(dtype)).dtype == dtype
 
 
+def test_linear_mixing_hidden_projection_follows_bias():
+    """Linear's W_hidden sits in W^O's place and takes the sublayer's bias setting like any projection."""
+    assert _build("linear").output.bias is not None
+    assert _build("linear", bias=False).output.bias is None
+
+
 def test_linear_mixing_needs_max_len():
     with pytest.raises(ConfigError, match=r"^attention 'linear' needs max_len \(the model's max_position\) to size "
                                           r"its sequence-mixing matrix; pass max_len=config\.max_position$"):

@@ -30,7 +30,8 @@ def _refused(embedding: str, message: str, **options) -> None:
 
 # ----------------------------------------------------------------------------- options
 @pytest.mark.parametrize("embedding,key", [("hash_add", "bits"), ("hash_pool", "bits"), ("hash_pool", "k"),
-                                           ("hash_proj", "special_tokens"), ("hash_emb", "buckets")])
+                                           ("hash_proj", "bits"), ("hash_proj", "special_tokens"),
+                                           ("hash_emb", "buckets")])
 @pytest.mark.parametrize("value", [0, -3, 2.0, True])
 def test_integer_options_must_be_positive_integers(embedding, key, value):
     _refused(embedding, f"model config: embedding_options.{key}={value!r} of embedding {embedding!r} "
@@ -55,6 +56,12 @@ def test_an_unknown_option_lists_the_embeddings_settings_and_defaults():
                           "settings: hash (default 'md5'), special_tokens (default 5), bits (default 128)", k=3)
     _refused("standard", "model config: embedding_options ['bits'] are not settings of embedding 'standard'; its "
                          "settings: none", bits=8)
+
+
+@pytest.mark.parametrize("embedding", ["hash_pool", "hash_add"])
+def test_a_bad_dropout_rate_is_named(embedding):
+    _refused(embedding, f"model config: embedding_options.dropout=1.0 (embedding {embedding!r}) must be a number in "
+                        f"[0, 1): 0 as the thesis, 0.1 as the official HashFormers code", dropout=1.0)
 
 
 def test_pool_codebook_size_is_bounded():
@@ -136,10 +143,13 @@ def test_pool_codewords_stay_exact_under_autocast():
     """bf16 holds 8 significant bits, so bits @ powers must not autocast: 10-bit codewords stay exact."""
     emb = build_word_embedding(tiny("hash_pool"))
     bits = random_bits(4, 16, 128, seed=5)
-    exact = emb.codewords(bits)
+    # Codeword j reads bits 10j .. 10j+9 (the last one 8 bits), most significant first: in integers.
+    exact = torch.stack([(bits[..., j:j + 10].long() * 2 ** torch.arange(len(range(j, min(j + 10, 128))) - 1, -1, -1)
+                          ).sum(-1) for j in range(0, 128, 10)], -1)
+    assert int(exact.max()) > 2**8
+    assert torch.equal(emb.codewords(bits), exact)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(emb.codewords(bits), exact)
-    assert int(exact.max()) > 2**8
 
 
 @pytest.mark.parametrize("embedding", HASHED)
