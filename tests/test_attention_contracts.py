@@ -34,14 +34,16 @@ def test_defaults_are_bidirectional_without_dropout(name):
 @pytest.mark.parametrize("name", SOFTMAX + MIXERS)
 @pytest.mark.parametrize("field,value", [("d_model", 0), ("n_heads", 0), ("head_dim", -8), ("n_heads", 2.5)])
 def test_widths_must_be_positive_integers(name, field, value):
-    with pytest.raises(ValueError, match=rf"^{CLASS[name]}: {field}={value!r} must be a positive integer$"):
+    message = f"{CLASS[name]}: {field}={value!r} must be a positive integer"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         _build(name, **{field: value})
 
 
 @pytest.mark.parametrize("name", SOFTMAX + MIXERS)
 @pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5])
 def test_dropout_must_be_a_probability_below_one(name, dropout):
-    with pytest.raises(ValueError, match=rf"^{CLASS[name]}: dropout={dropout!r} must be in \[0, 1\)$"):
+    message = f"{CLASS[name]}: dropout={dropout!r} must be in [0, 1)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         _build(name, dropout=dropout)
 
 
@@ -60,12 +62,17 @@ def test_causal_mask_is_aligned_to_the_end_over_cached_keys(name, padded):
 @pytest.mark.parametrize("name", SOFTMAX)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 def test_padding_and_causal_masks_take_the_inputs_dtype(name, dtype):
-    """The additive mask is built in the queries' dtype (SDPA refuses another floating dtype); the
+    """The additive mask is built in the queries' dtype, so its most negative value is that dtype's (a
+    float32 mask cannot hold float64's, and would be another dtype than the kernels expect); the
     result agrees with float32 to the precision of the dtype."""
     module, x = make(name, causal=True), inputs(length=6)
-    mask = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])
-    expected = module(x, mask)
-    got = module.to(dtype)(x.to(dtype), mask)
+    padding = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])
+    expected = module(x, padding)
+    module = module.to(dtype)
+    for mask_in, kv_len in ((padding, 6), (None, 8)):  # padding; causal over more keys than queries
+        bias, _ = module.attention_bias(mask_in, 6, kv_len, x.to(dtype))
+        assert bias.dtype == dtype and bias.min() == torch.finfo(dtype).min
+    got = module(x.to(dtype), padding)
     assert got.dtype == dtype
     tolerance = 1e-5 if dtype == torch.float64 else 5e-2
     torch.testing.assert_close(got.float(), expected, atol=tolerance, rtol=tolerance)
@@ -87,7 +94,8 @@ def test_masks_are_made_on_the_inputs_device(name):
 def test_token_mixer_max_len_is_a_positive_integer(name):
     assert _build(name, max_len=1).max_len == 1  # one position is a valid (if small) model
     for bad in (0, 2.5, True):
-        with pytest.raises(ConfigError, match=rf"attention '{name}': max_len={bad!r} must be a positive integer"):
+        message = f"attention '{name}': max_len={bad!r} must be a positive integer"
+        with pytest.raises(ConfigError, match=re.escape(message)):
             _build(name, max_len=bad)
 
 

@@ -91,6 +91,9 @@ def test_child_applies_the_thread_count(monkeypatch):
 
     before = torch.get_num_threads()
     try:
+        # Not 1 beforehand (make test already runs one thread), so the child's own setting shows. No op
+        # runs at 3 threads, so no OpenMP pool is started in this test process.
+        torch.set_num_threads(3)
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
         forkserver._apply_thread_count()
         assert torch.get_num_threads() == 1

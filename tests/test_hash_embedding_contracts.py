@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from leanlm.errors import ConfigError, DataError
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.hash_embeddings import build_word_embedding, codebook_settings
+import leanlm.modeling.embeddings  # noqa: F401  (registers ProFormer, BERT-Hash and EELBERT)
+from leanlm.modeling.hash_embeddings import EMBEDDINGS, build_word_embedding, codebook_settings
 from leanlm.modeling.models import build_model
 
 from test_hash_embeddings import random_bits, tiny, trained_like  # noqa: E402  (tests/ is on sys.path)
@@ -49,6 +50,16 @@ def test_codebook_settings_name_a_bad_bucket_count():
     with pytest.raises(ConfigError, match=re.escape("embedding_options.buckets=0 of embedding 'hash_emb'")):
         codebook_settings(tiny("hash_emb", buckets=0))
     assert codebook_settings(tiny("hash_emb", buckets=7)) == {"hash": "md5", "n_bits": 128, "n_buckets": 7}
+
+
+def test_codebook_settings_of_every_embedding():
+    """What the data path's codebook is built with (and cached under) for each embedding: EELBERT reads
+    character n-gram hashes and sets no hash of its own, so it gets the md5 / 128-bit default."""
+    got = {name: codebook_settings(tiny(name)) for name in EMBEDDINGS.names()}
+    md5 = {"hash": "md5", "n_bits": 128, "n_buckets": None}
+    assert got == {"standard": None, "bert_hash": None, "eelbert": md5, "hash_add": md5, "hash_pool": md5,
+                   "hash_proj": md5, "hash_emb": {**md5, "n_buckets": 1_037},
+                   "proformer": {"hash": "lsh", "n_bits": 420, "n_buckets": None}}
 
 
 def test_an_unknown_option_lists_the_embeddings_settings_and_defaults():
@@ -96,7 +107,9 @@ def test_missing_or_mis_sized_hash_bits_are_named(embedding):
         emb(ids)
     with pytest.raises(DataError, match=f"^{re.escape(wanted + str(['hash_buckets']))}$"):
         emb(ids, hash_buckets=torch.zeros(1, 2, dtype=torch.long))
-    with pytest.raises(DataError, match=f"^{re.escape(f'embedding {embedding!r} was built for 8-bit hashes but hash_bits has 9 bits; build the codebook with bits=8')}$"):
+    wrong_width = (f"embedding {embedding!r} was built for 8-bit hashes but hash_bits has 9 bits; "
+                   f"build the codebook with bits=8")
+    with pytest.raises(DataError, match=f"^{re.escape(wrong_width)}$"):
         emb(ids, hash_bits=random_bits(1, 2, 9))
 
 
@@ -150,6 +163,17 @@ def test_pool_codewords_stay_exact_under_autocast():
     assert torch.equal(emb.codewords(bits), exact)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(emb.codewords(bits), exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_pool_codewords_stay_exact_after_a_cast(dtype):
+    """model.to(dtype) casts floating buffers, and fp16 cannot hold 2^16 or more (k up to 24 is
+    allowed): the codeword powers must survive any cast."""
+    emb = build_word_embedding(tiny("hash_pool", bits=40, k=20))
+    bits = random_bits(3, 7, 40, seed=6)
+    exact = emb.codewords(bits)
+    assert int(exact.max()) > 2**16
+    assert torch.equal(emb.to(dtype).codewords(bits), exact)
 
 
 @pytest.mark.parametrize("embedding", HASHED)

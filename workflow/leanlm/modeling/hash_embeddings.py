@@ -249,7 +249,8 @@ class HashPoolEmbedding(HashEmbedding):
                               f"use k <= 24 (the thesis uses 10)")
         powers = codeword_powers(self.n_bits, self.k)
         self.n_codes = powers.size(1)
-        self.register_buffer("powers", powers.float(), persistent=False)
+        # Integers, so that model.to(dtype) leaves them alone (fp16 cannot hold 2^16 and above).
+        self.register_buffer("powers", powers.long(), persistent=False)
         self.register_buffer("offsets", torch.arange(self.n_codes) * 2**self.k, persistent=False)
         self.codebook = nn.Embedding(2**self.k, config.d_model)
         self.codeword_weights = nn.Parameter(torch.empty(self.n_codes, config.d_model))
@@ -258,8 +259,8 @@ class HashPoolEmbedding(HashEmbedding):
     def codewords(self, hash_bits: torch.Tensor) -> torch.Tensor:
         """LongTensor [..., ceil(T/k)] of the bits read k at a time (exact: values < 2^24)."""
         bits = _bits(hash_bits, self.n_bits, self.name).float()
-        # Autocast would run this product in bf16/fp16, which cannot hold 10-bit integers exactly; and
-        # model.to(dtype) casts the buffer too, so it is brought back to float32 here.
+        # In float32, exact below 2^24: autocast would run the product in bf16/fp16, which cannot hold
+        # 10-bit integers exactly (and integer matmul has no CUDA kernel).
         with torch.autocast(device_type=bits.device.type, enabled=False):
             return torch.matmul(bits, self.powers.float()).round_().long()
 
