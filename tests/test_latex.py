@@ -83,3 +83,33 @@ def test_latex_error_quotes_the_log(root):
     with pytest.raises(LeanLMError, match=r"(?s)pdflatex failed.*Undefined control sequence.*undefinedmacro"):
         latex.build_pdf("smoke")
     assert not (root / "paper_tables" / "smoke" / "tables.pdf").exists()
+
+
+def test_the_parts_given_are_the_document(root):
+    """The pipeline passes its run's tables and figures: a table another run left in the folder stays out;
+    other suffixes (the figure's .png, the CSVs) are passed over; no parts means the whole folder."""
+    out = root / "paper_tables" / "smoke"
+    tables, figs = latex._document_parts(out, ["paper_tables/smoke/table_b.tex", str(out / "figure_3_1.pdf"),
+                                               "paper_tables/smoke/figure_3_1.png"])
+    assert (tables, figs) == ([out / "table_b.tex"], [out / "figure_3_1.pdf"])
+    assert latex._document_parts(out, None) == ([out / "table_a.tex", out / "table_b.tex"], [out / "figure_3_1.pdf"])
+    with pytest.raises(LeanLMError, match=r"table_c\.tex does not exist; render it first"):
+        latex._document_parts(out, ["paper_tables/smoke/table_c.tex"])
+    with pytest.raises(LeanLMError, match=r"is not in .*paper_tables/smoke: tables.pdf is made of that folder's"):
+        latex._document_parts(out, ["paper_tables/paper/table_a.tex"])
+
+
+@needs_pdflatex
+def test_build_pdf_compiles_only_the_given_parts(root, monkeypatch):
+    seen = {}
+    original = latex.document_source
+
+    def recording(profile, tables, figures):
+        seen.update(tables=tables, figures=figures)
+        return original(profile, tables, figures)
+
+    monkeypatch.setattr(latex, "document_source", recording)
+    out = latex.build_pdf("smoke", parts=["paper_tables/smoke/table_a.tex"])
+    assert out.read_bytes().startswith(b"%PDF")
+    assert seen == {"tables": ["table_a"], "figures": []}
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import shlex
 from pathlib import Path
 
@@ -90,11 +91,18 @@ def test_a_table_of_a_family_the_subset_leaves_out_is_not_rendered(scratch_root)
     """Tables 3.9 and 3.10 read only the decoders' GLUE results (tables.yaml ``families``): the cpu subset,
     which leaves that family out, does not render them; Table 3.2 (GLUE and perplexity) still renders."""
     root = workflow_project(scratch_root)
+    # An earlier whole-profile run left Table 3.9 in the folder: tables.pdf must not compile it in.
+    (root / "paper_tables" / "signal").mkdir(parents=True, exist_ok=True)
+    (root / "paper_tables" / "signal" / "table_3_9.tex").write_text("% an earlier run's table\n")
     proc = snakemake(root, "--configfile", "params/signal.yaml", "--config", "subset=cpu", "-n", "-p")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     rendered = set(re.findall(r"leanlm render .*?--table (\S+)", out))
     assert "table_3_2" in rendered and not {"table_3_9", "table_3_10"} & rendered, sorted(rendered)
+    if shutil.which("pdflatex"):  # the pdf rule is in the DAG only where pdflatex is
+        pdf = re.search(r"leanlm pdf .*$", out, flags=re.M).group(0)
+        parts = set(re.findall(r"paper_tables/signal/(\S+?)\.tex", pdf))
+        assert "table_3_2" in parts and "claims" in parts and not {"table_3_9", "table_3_10"} & parts, pdf
     finetuned = set(re.findall(r"leanlm finetune .*?--run (ch3_decoder-\S+) --family (\S+)", out))
     assert finetuned and {family for _, family in finetuned} == {"lm"}
 

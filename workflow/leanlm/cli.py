@@ -102,7 +102,7 @@ def cmd_analytic(args) -> None:
 def cmd_pdf(args) -> None:
     from leanlm.reporting.latex import build_pdf
 
-    out = build_pdf(_config(args)["profile"])
+    out = build_pdf(_config(args)["profile"], parts=args.parts or None)
     print(out if out else "pdflatex not found: tables.pdf not built (the .tex files are there)")
 
 
@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pdf", help="compile paper_tables/<profile>/tables.pdf (needs pdflatex)")
     _params_arg(p)
+    p.add_argument("parts", nargs="*", metavar="FILE",
+                   help="only these tables (.tex) and figures (.pdf) of paper_tables/<profile>/, other files "
+                        "ignored (the pipeline passes its run's); default: every one in that folder")
     p.set_defaults(func=cmd_pdf)
 
     p = sub.add_parser("claims", help="the thesis's claims as verdicts with 95%% intervals -> paper_tables/<profile>/claims.*")

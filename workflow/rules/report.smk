@@ -197,13 +197,12 @@ rule claims:
         "leanlm claims {P} > {log:q} 2>&1"
 
 
+# tables.pdf is made of this run's tables and figures (its inputs), not every file in the folder: a subset
+# or a shorter experiments list leaves an earlier run's tables there.
 rule pdf:
     input:
-        "workflow/templates/document.tex.j2",
-        result_tables(),
-        params_tables(),
-        analytic_outputs(),
-        claims_outputs(),
+        template="workflow/templates/document.tex.j2",
+        parts=result_tables() + params_tables() + analytic_outputs() + claims_outputs(),
     output:
         f"paper_tables/{PROFILE}/tables.pdf",
     params:
@@ -211,4 +210,4 @@ rule pdf:
     log:
         f"logs/{PROFILE}/pdf.log",
     shell:
-        "leanlm pdf {P} > {log:q} 2>&1"
+        "leanlm pdf {P} {input.parts:q} > {log:q} 2>&1"

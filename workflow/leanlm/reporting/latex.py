@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,8 +163,31 @@ def _compile(workdir: Path, main: str, timeout: int) -> None:
             return
 
 
-def build_pdf(profile: str, timeout: int = 120) -> Path | None:
-    """Compile every table (.tex) and figure (.pdf) in paper_tables/<profile>/ into tables.pdf.
+def _document_parts(out_dir: Path, parts: Sequence[str | Path] | None) -> tuple[list[Path], list[Path]]:
+    """The tables (.tex) and figures (.pdf) tables.pdf is made of: ``parts`` (other suffixes ignored), or
+    with none given every one in ``out_dir``. The pipeline gives the parts of its own run, so a table an
+    earlier run left in the folder (another subset or experiment list) is not compiled in."""
+    if parts is None:
+        chosen = sorted(out_dir.glob("*.tex")) + sorted(out_dir.glob("*.pdf"))
+    else:
+        chosen = []
+        for part in map(Path, parts):
+            if part.suffix not in (".tex", ".pdf"):
+                continue
+            part = part if part.is_absolute() else paths.project_root() / part  # as Snakemake names them
+            if part.resolve().parent != out_dir.resolve():
+                raise LeanLMError(f"{part} is not in {out_dir}: tables.pdf is made of that folder's tables and figures")
+            if not part.is_file():
+                raise LeanLMError(f"{part} does not exist; render it first (snakemake builds it before tables.pdf)")
+            chosen.append(out_dir / part.name)
+    tables = sorted(p for p in set(chosen) if p.suffix == ".tex")
+    figures = sorted(p for p in set(chosen) if p.suffix == ".pdf" and p.name != "tables.pdf")
+    return tables, figures
+
+
+def build_pdf(profile: str, parts: Sequence[str | Path] | None = None, timeout: int = 120) -> Path | None:
+    """Compile tables (.tex) and figures (.pdf) of paper_tables/<profile>/ into tables.pdf: ``parts``, or
+    every one in the folder when none are given.
 
     Returns the PDF's path, or None (with a warning) when ``pdflatex`` is not installed. A LaTeX
     error is a :class:`LeanLMError` quoting the relevant lines of the log.
@@ -173,8 +197,7 @@ def build_pdf(profile: str, timeout: int = 120) -> Path | None:
         return None
     out_dir = paths.tables_dir(profile)
     out = out_dir / "tables.pdf"
-    tables = sorted(p for p in out_dir.glob("*.tex"))
-    figures = sorted(p for p in out_dir.glob("*.pdf") if p.name != out.name)
+    tables, figures = _document_parts(out_dir, parts)
     if not tables and not figures:
         raise LeanLMError(f"{out_dir} has no .tex tables and no figure .pdf files; render the tables first")
     with tempfile.TemporaryDirectory(prefix="leanlm-latex-") as tmp:
