@@ -93,26 +93,6 @@ def test_matches_per_head_reference(variant):
     torch.testing.assert_close(module(x), reference(module, x), atol=1e-5, rtol=1e-5)
 
 
-SOFTMAX = [*VARIANTS, "el_att", "mqa", "skv"]
-
-
-@pytest.mark.parametrize("name", SOFTMAX)
-def test_bias_setting_reaches_every_projection(name):
-    """Projections have biases unless the caller says ``bias=False`` (BERT's and GPT-2's have them); the
-    setting reaches every projection, W^O included, and changes the count only by those biases."""
-    def linears(module):
-        found = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
-        assert found, name
-        return found
-
-    default = build_attention(name, d_model=D_MODEL, n_heads=N_HEADS, head_dim=HEAD_DIM)
-    plain = build_attention(name, d_model=D_MODEL, n_heads=N_HEADS, head_dim=HEAD_DIM, bias=False)
-    assert all(m.bias is not None for m in linears(default))
-    assert all(m.bias is None for m in linears(plain))
-    biases = sum(m.bias.numel() for m in linears(default))
-    assert sum(p.numel() for p in default.parameters()) - sum(p.numel() for p in plain.parameters()) == biases
-
-
 def test_sha_is_one_head_repeated_over_slots():
     sha = make("sha")
     x = inputs()

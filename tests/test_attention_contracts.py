@@ -31,6 +31,23 @@ def test_defaults_are_bidirectional_without_dropout(name):
     assert module.causal is False and module.dropout == 0.0 and module.bias is True
 
 
+@pytest.mark.parametrize("name", SOFTMAX + ["linear"])
+def test_bias_setting_reaches_every_projection(name):
+    """Projections have biases unless the caller says ``bias=False`` (BERT's and GPT-2's have them); the
+    setting reaches every projection, W^O (Linear mixing's W_hidden) included, and changes the count only
+    by those biases."""
+    def linears(module):
+        found = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+        assert found, name
+        return found
+
+    default, plain = _build(name), _build(name, bias=False)
+    assert all(m.bias is not None for m in linears(default))
+    assert all(m.bias is None for m in linears(plain))
+    biases = sum(m.bias.numel() for m in linears(default))
+    assert sum(p.numel() for p in default.parameters()) - sum(p.numel() for p in plain.parameters()) == biases
+
+
 @pytest.mark.parametrize("name", SOFTMAX + MIXERS)
 @pytest.mark.parametrize("field,value", [("d_model", 0), ("n_heads", 0), ("head_dim", -8), ("n_heads", 2.5)])
 def test_widths_must_be_positive_integers(name, field, value):
@@ -119,12 +136,6 @@ def test_token_mixers_keep_the_inputs_dtype(name, dtype):
     mask = torch.tensor([[1.0] * 6, [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]])
     assert module(inputs(length=6).to(dtype), mask).dtype == dtype
     assert module(inputs(length=6).to(dtype)).dtype == dtype
-
-
-def test_linear_mixing_hidden_projection_follows_bias():
-    """Linear's W_hidden sits in W^O's place and takes the sublayer's bias setting like any projection."""
-    assert _build("linear").output.bias is not None
-    assert _build("linear", bias=False).output.bias is None
 
 
 def test_linear_mixing_needs_max_len():

@@ -6,12 +6,10 @@ testing (docs/mutation-testing.md)."""
 
 from __future__ import annotations
 
-import math
 import re
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from leanlm.errors import ConfigError, DataError
 from leanlm.modeling.config import ModelConfig
@@ -20,6 +18,7 @@ from leanlm.modeling.hash_embeddings import EMBEDDINGS, build_word_embedding, co
 from leanlm.modeling.models import build_model
 
 from test_hash_embeddings import random_bits, tiny, trained_like  # noqa: E402  (tests/ is on sys.path)
+from test_mutation_gaps import _assert_normal  # noqa: E402
 
 HASHED = ["hash_pool", "hash_add", "hash_proj"]  # the variants that read hash_bits
 
@@ -114,13 +113,6 @@ def test_missing_or_mis_sized_hash_bits_are_named(embedding):
 
 
 # ----------------------------------------------------------------------------- initialisation
-def _assert_normal(values: torch.Tensor, std: float, what: str) -> None:
-    """Mean 0 and standard deviation ``std``, to within 5 standard errors of n draws."""
-    n = values.numel()
-    assert abs(float(values.mean())) < 5 * std / math.sqrt(n), what
-    assert float(values.std()) == pytest.approx(std, rel=5 / math.sqrt(2 * n)), what
-
-
 @pytest.mark.parametrize("embedding,field", [("hash_pool", "codeword_weights"), ("hash_add", "codebooks"),
                                              ("hash_proj", "axes"), ("hash_proj", "regular_token")])
 def test_learned_vectors_start_at_the_initializer_range_in_a_model(embedding, field):
@@ -131,7 +123,7 @@ def test_learned_vectors_start_at_the_initializer_range_in_a_model(embedding, fi
     model = build_model(config, "mlm")
     found = [p for name, p in model.named_parameters() if name.endswith(f"word_embeddings.{field}")]
     assert len(found) == 1
-    _assert_normal(found[0].detach().double(), 0.05, field)
+    _assert_normal(found[0].detach().double(), 0.05)
 
 
 @pytest.mark.parametrize("pad", [0, 3])
