@@ -113,3 +113,20 @@ def test_build_pdf_compiles_only_the_given_parts(root, monkeypatch):
     assert out.read_bytes().startswith(b"%PDF")
     assert seen == {"tables": ["table_a"], "figures": []}
 
+
+
+@needs_pdflatex
+def test_readme_pdf_command_compiles_the_named_parts_or_the_whole_folder(scratch_root, capsys):
+    """README: ``leanlm pdf --params params/smoke.yaml [FILE ...]``."""
+    from leanlm import cli
+
+    out_dir = scratch_root / "paper_tables" / "smoke"
+    out_dir.mkdir(parents=True)
+    (out_dir / "table_a.tex").write_text(TABLE)
+    params = str(scratch_root / "params" / "smoke.yaml")
+    assert cli.main(["pdf", "--params", params, "paper_tables/smoke/table_a.tex"]) in (0, None)
+    out = out_dir / "tables.pdf"
+    assert capsys.readouterr().out.strip() == str(out) and out.read_bytes().startswith(b"%PDF")
+    out.unlink()
+    assert cli.main(["pdf", "--params", params]) in (0, None)
+    assert out.read_bytes().startswith(b"%PDF")
