@@ -11,8 +11,10 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 
 from leanlm.errors import LeanLMError
+from leanlm.process_end import end_process, under_torchrun
 
 
 def _params_arg(p: argparse.ArgumentParser) -> None:
@@ -343,6 +345,18 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    if argv is not None or not under_torchrun():  # in-process callers (tests, the fork server) get exceptions
+        return _run(args)
+    try:
+        code = _run(args)
+    except BaseException as exc:  # reported as the interpreter would, before end_process skips it
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        if not isinstance(exc, SystemExit):
+            traceback.print_exc()
+    end_process(code)  # one of torchrun's processes: no interpreter finalization (see leanlm.process_end)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         args.func(args)
     except LeanLMError as exc:
