@@ -15,6 +15,7 @@ from torch import nn
 
 from leanlm.errors import ConfigError, TrainingError
 from leanlm.training import checkpointing
+from leanlm.process_end import end_process
 from leanlm.training.distributed import cleanup_distributed, init_distributed
 from leanlm.training.engine import TrainConfig, Trainer, adamw_param_groups, count_tokens
 from leanlm.training.schedules import lr_multiplier
@@ -333,6 +334,9 @@ def _ddp_worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
                     "resumed": resumed}, Path(out_dir) / f"rank{rank}.pt")
     finally:
         cleanup_distributed()
+    # As leanlm.cli ends a torchrun process: a finalizing interpreter can be aborted by gloo's worker threads,
+    # which DDP keeps alive (leanlm.process_end); mp.spawn's workers would otherwise finalize.
+    end_process(0)
 
 
 def with_unused_pooler(model: nn.Module) -> nn.Module:
