@@ -21,13 +21,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
-    import atexit, sys
+    import atexit, sys, threading
     from leanlm import cli
 
-    def at_exit():
-        # no Python caller when the interpreter itself runs it, while finalizing
-        print("atexit", "finalizing" if sys._getframe().f_back is None else "called", flush=True)
-    atexit.register(at_exit)
+    atexit.register(lambda: print("atexit ran", flush=True))
+    # run by threading as the interpreter begins to finalize, never after os._exit
+    threading._register_atexit(lambda: print("finalizing", flush=True))
 
     def job(args):
         print("buffered, no newline", end="")
@@ -36,6 +35,12 @@ SCRIPT = textwrap.dedent("""
             raise RuntimeError("boom in the job")
         if outcome == "exit3":
             sys.exit(3)
+        if outcome == "exit-none":
+            sys.exit()
+        if outcome == "exit-message":
+            sys.exit("a message for the user")
+        if outcome == "interrupt":
+            raise KeyboardInterrupt
         if outcome == "leanlm-error":
             from leanlm.errors import ConfigError
             raise ConfigError("a clear message")
@@ -54,14 +59,19 @@ def _main(outcome: str, world_size: str | None = "2") -> subprocess.CompletedPro
                           timeout=120)
 
 
-@pytest.mark.parametrize("outcome, code", [("ok", 0), ("leanlm-error", 2), ("exit3", 3), ("raise", 1)])
+@pytest.mark.parametrize("outcome, code", [("ok", 0), ("leanlm-error", 2), ("exit3", 3), ("exit-none", 0),
+                                           ("exit-message", 1), ("raise", 1), ("interrupt", 130)])
 def test_torchrun_process_exits_with_its_code_without_finalizing(outcome, code):
     done = _main(outcome)
     assert done.returncode == code, done.stderr
     assert done.stdout.startswith("buffered, no newline"), done.stdout  # flushed before os._exit
-    assert "atexit called" in done.stdout and "finalizing" not in done.stdout, done.stdout
+    assert "atexit ran" in done.stdout and "finalizing" not in done.stdout, done.stdout
     if outcome == "raise":  # the traceback a normal exit would print
         assert "Traceback" in done.stderr and "RuntimeError: boom in the job" in done.stderr, done.stderr
+    if outcome == "interrupt":
+        assert "KeyboardInterrupt" in done.stderr, done.stderr
+    if outcome == "exit-message":
+        assert done.stderr.strip() == "a message for the user", done.stderr
     if outcome == "leanlm-error":
         assert "leanlm validate: error: a clear message" in done.stderr, done.stderr
 
@@ -70,4 +80,4 @@ def test_torchrun_process_exits_with_its_code_without_finalizing(outcome, code):
 def test_single_process_finalizes_as_usual(world_size):
     done = _main("raise", world_size)
     assert done.returncode == 1 and "RuntimeError: boom in the job" in done.stderr, done.stderr
-    assert "atexit finalizing" in done.stdout, done.stdout  # the check above can see a finalizing process
+    assert "finalizing" in done.stdout and "atexit ran" in done.stdout, done.stdout  # the check above can see it

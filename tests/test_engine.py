@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from leanlm.errors import ConfigError, TrainingError
-from leanlm.training import checkpointing
 from leanlm.process_end import end_process
+from leanlm.training import checkpointing
 from leanlm.training.distributed import cleanup_distributed, init_distributed
 from leanlm.training.engine import TrainConfig, Trainer, adamw_param_groups, count_tokens
 from leanlm.training.schedules import lr_multiplier

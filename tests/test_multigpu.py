@@ -53,26 +53,25 @@ def _profile(root: Path, grad_accum: int) -> None:
 
 # Loaded by every process of the test's runs (sitecustomize on PYTHONPATH): a Python audit hook that notes
 # each file a process opens for writing under the run's models/ or results/ folders, with its rank, so
-# the test sees which processes wrote the outputs, the checkpoint and the run lock. An atexit handler also
-# notes, in finalized.txt, every process that reaches interpreter finalization, with the native threads
-# still running then: a gloo worker thread alive at that point can abort the process (see
+# the test sees which processes wrote the outputs, the checkpoint and the run lock. A thread-shutdown hook
+# also notes, in finalized.txt, every process that reaches interpreter finalization, with the native
+# threads still running then: a gloo worker thread alive at that point can abort the process (see
 # leanlm.process_end).
 WRITE_WATCH = """
-import atexit, os, sys
+import os, sys, threading
 _log = os.environ["LEANLM_TEST_WRITE_LOG"]
 _final = os.path.join(os.path.dirname(_log), "finalized.txt")
 _roots = tuple(os.path.join(os.environ["LEANLM_ROOT"], d) for d in ("models", "results"))
-def _at_exit():
-    # Registered first, so run last of the atexit handlers. Called by the interpreter as it finalizes, this
-    # has no Python caller; called by leanlm's end_process (which skips finalization), it has.
-    how = "finalizing" if sys._getframe().f_back is None else "exit-call"
+def _finalizing():
+    # threading runs this as the interpreter begins to finalize (Py_FinalizeEx's thread shutdown, before
+    # atexit), never when a process ends with os._exit as leanlm's end_process does.
     names = []
     for task in os.listdir("/proc/self/task"):
         with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as comm:
             names.append(comm.read().strip())
     with open(_final, "a", encoding="utf-8") as out:
-        out.write(f"{os.environ.get('RANK', '-')} {how} {','.join(sorted(names))}\\n")
-atexit.register(_at_exit)
+        out.write(f"{os.environ.get('RANK', '-')} {','.join(sorted(names))}\\n")
+threading._register_atexit(_finalizing)
 def _hook(event, args):
     if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
         return
@@ -112,9 +111,8 @@ def _finalized(watch: Path) -> dict[str, list[str]]:
     log = watch / "finalized.txt"
     out = {}
     for line in log.read_text().splitlines() if log.exists() else []:
-        rank, how, threads = line.split(" ", 2)
-        if how == "finalizing":
-            out[rank] = threads.split(",")
+        rank, threads = line.split(" ", 1)
+        out[rank] = threads.split(",")
     log.unlink(missing_ok=True)
     return out
 

@@ -11,10 +11,9 @@ import argparse
 import logging
 import os
 import sys
-import traceback
 
 from leanlm.errors import LeanLMError
-from leanlm.process_end import end_process, under_torchrun
+from leanlm.process_end import end_process, exit_code, under_torchrun
 
 
 def _params_arg(p: argparse.ArgumentParser) -> None:
@@ -350,9 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _run(args)
     except BaseException as exc:  # reported as the interpreter would, before end_process skips it
-        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
-        if not isinstance(exc, SystemExit):
-            traceback.print_exc()
+        code = exit_code(exc)
     end_process(code)  # one of torchrun's processes: no interpreter finalization (see leanlm.process_end)
 
 

@@ -18,6 +18,7 @@ import atexit
 import logging
 import os
 import sys
+import traceback
 from typing import NoReturn
 
 
@@ -27,6 +28,19 @@ def under_torchrun() -> bool:
         return int(os.environ.get("WORLD_SIZE", "1")) > 1
     except ValueError:
         return False  # the command itself reports the bad value (leanlm.training.distributed)
+
+
+def exit_code(exc: BaseException) -> int:
+    """Report an exception that ends the process as the interpreter would, and return its exit code:
+    ``SystemExit``'s code (None is 0; another object is printed, and is 1), 130 for Ctrl-C (as a shell
+    reports SIGINT; the interpreter would re-raise the signal), else the traceback and 1."""
+    if isinstance(exc, SystemExit):
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    traceback.print_exception(exc)
+    return 130 if isinstance(exc, KeyboardInterrupt) else 1
 
 
 def end_process(code: int) -> NoReturn:
