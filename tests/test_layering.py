@@ -233,6 +233,20 @@ def test_a_chapter_fingerprint_holds_no_other_chapter():
         assert not {f for f in files if f.startswith(("runners/", "objectives/"))}, name
 
 
+def test_an_edit_to_the_pdf_build_or_the_process_exit_reruns_no_table_or_training_job():
+    """tables.pdf's build (reporting/tables_pdf.py) is the pdf job's alone, and how a torchrun process ends
+    (process_end.py, imported by the CLI) is in no job's fingerprint."""
+    from leanlm.plugins import OBJECTIVES, TASK_RUNNERS
+
+    jobs = [_closure("leanlm.training.pretrain", OBJECTIVES.target("mlm")),
+            _closure("leanlm.training.finetune", TASK_RUNNERS.target("span_qa"))]
+    for name, spec in yaml.safe_load((ROOT / "params" / "tables.yaml").read_text()).items():
+        stage = "leanlm.reporting.analytic" if spec["kind"] == "analytic" else "leanlm.reporting.render"
+        jobs.append(_closure(stage, spec["renderer"]))
+    assert not [files for files in jobs if {"reporting/tables_pdf.py", "process_end.py"} & files]
+    assert "reporting/tables_pdf.py" in _closure("leanlm.reporting.tables_pdf")
+
+
 def test_reading_a_profile_needs_no_model_library():
     # config.py reads and schema-validates; the checks that ask the model library, the task table or the
     # training stack live in leanlm.profile_checks (issue 15: cross-package checks leave config.py).

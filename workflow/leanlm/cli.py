@@ -101,7 +101,7 @@ def cmd_analytic(args) -> None:
 
 
 def cmd_pdf(args) -> None:
-    from leanlm.reporting.latex import build_pdf
+    from leanlm.reporting.tables_pdf import build_pdf
 
     out = build_pdf(_config(args)["profile"], parts=args.parts or None)
     print(out if out else "pdflatex not found: tables.pdf not built (the .tex files are there)")

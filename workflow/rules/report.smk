@@ -206,7 +206,7 @@ rule pdf:
     output:
         f"paper_tables/{PROFILE}/tables.pdf",
     params:
-        code=code_of("leanlm.reporting.latex"),
+        code=code_of("leanlm.reporting.tables_pdf"),
     log:
         f"logs/{PROFILE}/pdf.log",
     shell:

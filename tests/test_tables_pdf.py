@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from leanlm.errors import LeanLMError
-from leanlm.reporting import figures, latex
+from leanlm.reporting import figures, tables_pdf
 
 REPO = Path(__file__).resolve().parents[1]
 needs_pdflatex = pytest.mark.skipif(
@@ -43,16 +43,16 @@ def root(tmp_path, monkeypatch):
 
 
 def test_document_lists_tables_sorted_and_figures_with_captions(root):
-    source = latex.document_source("smoke", ["table_a", "table_b"], ["figure_3_1"])
+    source = tables_pdf.document_source("smoke", ["table_a", "table_b"], ["figure_3_1"])
     assert source.index(r"\input{table_a}") < source.index(r"\input{table_b}")
     assert r"\includegraphics[width=0.75\linewidth]{figure_3_1.pdf}" in source
     assert "thesis Figure 3.1" in source and r"\usepackage{booktabs}" in source
 
 
 def test_without_pdflatex_build_pdf_returns_none_with_a_warning(root, monkeypatch, caplog):
-    monkeypatch.setattr(latex.shutil, "which", lambda name: None)
+    monkeypatch.setattr(tables_pdf.shutil, "which", lambda name: None)
     with caplog.at_level(logging.WARNING):
-        assert latex.build_pdf("smoke") is None
+        assert tables_pdf.build_pdf("smoke") is None
     assert "pdflatex is not on PATH" in caplog.text
     assert not (root / "paper_tables" / "smoke" / "tables.pdf").exists()
 
@@ -61,14 +61,14 @@ def test_nothing_to_compile_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
     (tmp_path / "paper_tables" / "smoke").mkdir(parents=True)
     if shutil.which("pdflatex") is None:
-        monkeypatch.setattr(latex.shutil, "which", lambda name: "/usr/bin/pdflatex")
+        monkeypatch.setattr(tables_pdf.shutil, "which", lambda name: "/usr/bin/pdflatex")
     with pytest.raises(LeanLMError, match="no .tex tables"):
-        latex.build_pdf("smoke")
+        tables_pdf.build_pdf("smoke")
 
 
 @needs_pdflatex
 def test_build_pdf_compiles_tables_and_figures(root):
-    out = latex.build_pdf("smoke")
+    out = tables_pdf.build_pdf("smoke")
     assert out == root / "paper_tables" / "smoke" / "tables.pdf"
     data = out.read_bytes()
     assert data.startswith(b"%PDF") and len(data) > 5000
@@ -81,7 +81,7 @@ def test_build_pdf_compiles_tables_and_figures(root):
 def test_latex_error_quotes_the_log(root):
     (root / "paper_tables" / "smoke" / "table_c.tex").write_text(r"\begin{table}\undefinedmacro\end{table}")
     with pytest.raises(LeanLMError, match=r"(?s)pdflatex failed.*Undefined control sequence.*undefinedmacro"):
-        latex.build_pdf("smoke")
+        tables_pdf.build_pdf("smoke")
     assert not (root / "paper_tables" / "smoke" / "tables.pdf").exists()
 
 
@@ -89,27 +89,27 @@ def test_the_parts_given_are_the_document(root):
     """The pipeline passes its run's tables and figures: a table another run left in the folder stays out;
     other suffixes (the figure's .png, the CSVs) are passed over; no parts means the whole folder."""
     out = root / "paper_tables" / "smoke"
-    tables, figs = latex._document_parts(out, ["paper_tables/smoke/table_b.tex", str(out / "figure_3_1.pdf"),
+    tables, figs = tables_pdf._document_parts(out, ["paper_tables/smoke/table_b.tex", str(out / "figure_3_1.pdf"),
                                                "paper_tables/smoke/figure_3_1.png"])
     assert (tables, figs) == ([out / "table_b.tex"], [out / "figure_3_1.pdf"])
-    assert latex._document_parts(out, None) == ([out / "table_a.tex", out / "table_b.tex"], [out / "figure_3_1.pdf"])
+    assert tables_pdf._document_parts(out, None) == ([out / "table_a.tex", out / "table_b.tex"], [out / "figure_3_1.pdf"])
     with pytest.raises(LeanLMError, match=r"table_c\.tex does not exist; render it first"):
-        latex._document_parts(out, ["paper_tables/smoke/table_c.tex"])
+        tables_pdf._document_parts(out, ["paper_tables/smoke/table_c.tex"])
     with pytest.raises(LeanLMError, match=r"is not in .*paper_tables/smoke: tables.pdf is made of that folder's"):
-        latex._document_parts(out, ["paper_tables/paper/table_a.tex"])
+        tables_pdf._document_parts(out, ["paper_tables/paper/table_a.tex"])
 
 
 @needs_pdflatex
 def test_build_pdf_compiles_only_the_given_parts(root, monkeypatch):
     seen = {}
-    original = latex.document_source
+    original = tables_pdf.document_source
 
     def recording(profile, tables, figures):
         seen.update(tables=tables, figures=figures)
         return original(profile, tables, figures)
 
-    monkeypatch.setattr(latex, "document_source", recording)
-    out = latex.build_pdf("smoke", parts=["paper_tables/smoke/table_a.tex"])
+    monkeypatch.setattr(tables_pdf, "document_source", recording)
+    out = tables_pdf.build_pdf("smoke", parts=["paper_tables/smoke/table_a.tex"])
     assert out.read_bytes().startswith(b"%PDF")
     assert seen == {"tables": ["table_a"], "figures": []}
 

@@ -1,0 +1,121 @@
+"""tables.pdf: one profile's tables and figures compiled with pdflatex (``leanlm pdf``, the ``pdf`` rule).
+
+Its own module, apart from leanlm.reporting.latex (the templates every table render uses), so that an
+edit to the PDF build reruns only the ``pdf`` job, not the renders.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from leanlm import paths
+from leanlm.errors import LeanLMError
+from leanlm.io import atomic_path, write_text
+from leanlm.reporting.latex import render_template
+
+log = logging.getLogger(__name__)
+
+DOCUMENT_TEMPLATE = "document.tex.j2"
+
+
+def _figure_captions() -> dict[str, str]:
+    from leanlm.reporting.figures import FIGURE_CAPTIONS
+
+    return FIGURE_CAPTIONS
+
+
+def document_source(profile: str, tables: list[str], figures: list[str]) -> str:
+    """The LaTeX source of tables.pdf: every table \\input, every figure included (names without suffix)."""
+    captions = _figure_captions()
+    return render_template(
+        DOCUMENT_TEMPLATE,
+        profile=profile,
+        tables=tables,
+        figures=[{"name": f, "caption": captions.get(f, f.replace("_", " ").capitalize())} for f in figures],
+    )
+
+
+def _latex_errors(log_text: str, context: int = 3) -> str:
+    """The lines of a pdflatex log that say what went wrong ('!' lines and the lines after them)."""
+    lines = log_text.splitlines()
+    picked: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith("!"):
+            picked += lines[i : i + context + 1]
+    return "\n".join(picked[:40]) or "\n".join(lines[-20:])
+
+
+def _compile(workdir: Path, main: str, timeout: int) -> None:
+    cmd = ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", main]
+    for _ in range(2):  # a second pass only when LaTeX asks for one (cross-references)
+        try:
+            proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise LeanLMError(
+                f"pdflatex took more than {timeout} s on {main}; check the tables for runaway input"
+            ) from None
+        log_path = workdir / Path(main).with_suffix(".log")
+        log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else proc.stdout
+        if proc.returncode != 0:
+            raise LeanLMError(f"pdflatex failed on {main} (exit {proc.returncode}):\n{_latex_errors(log_text)}")
+        if "Rerun to get" not in log_text:
+            overfull = [line for line in log_text.splitlines() if line.startswith("Overfull \\hbox")]
+            if overfull:  # compiles, but a table runs into the margin: worth a look
+                log.warning("%s: %d overfull boxes, e.g. %s", main, len(overfull), overfull[0])
+            return
+
+
+def _document_parts(out_dir: Path, parts: Sequence[str | Path] | None) -> tuple[list[Path], list[Path]]:
+    """The tables (.tex) and figures (.pdf) tables.pdf is made of: ``parts`` (other suffixes ignored), or
+    with none given every one in ``out_dir``. The pipeline gives the parts of its own run, so a table an
+    earlier run left in the folder (another subset or experiment list) is not compiled in."""
+    if parts is None:
+        chosen = sorted(out_dir.glob("*.tex")) + sorted(out_dir.glob("*.pdf"))
+    else:
+        chosen = []
+        for part in map(Path, parts):
+            if part.suffix not in (".tex", ".pdf"):
+                continue
+            part = part if part.is_absolute() else paths.project_root() / part  # as Snakemake names them
+            if part.resolve().parent != out_dir.resolve():
+                raise LeanLMError(f"{part} is not in {out_dir}: tables.pdf is made of that folder's tables and figures")
+            if not part.is_file():
+                raise LeanLMError(f"{part} does not exist; render it first (snakemake builds it before tables.pdf)")
+            chosen.append(out_dir / part.name)
+    tables = sorted(p for p in set(chosen) if p.suffix == ".tex")
+    figures = sorted(p for p in set(chosen) if p.suffix == ".pdf" and p.name != "tables.pdf")
+    return tables, figures
+
+
+def build_pdf(profile: str, parts: Sequence[str | Path] | None = None, timeout: int = 120) -> Path | None:
+    """Compile tables (.tex) and figures (.pdf) of paper_tables/<profile>/ into tables.pdf: ``parts``, or
+    every one in the folder when none are given.
+
+    Returns the PDF's path, or None (with a warning) when ``pdflatex`` is not installed. A LaTeX
+    error is a :class:`LeanLMError` quoting the relevant lines of the log.
+    """
+    if shutil.which("pdflatex") is None:
+        log.warning("pdflatex is not on PATH: tables.pdf is not built (install texlive-latex-recommended)")
+        return None
+    out_dir = paths.tables_dir(profile)
+    out = out_dir / "tables.pdf"
+    tables, figures = _document_parts(out_dir, parts)
+    if not tables and not figures:
+        raise LeanLMError(f"{out_dir} has no .tex tables and no figure .pdf files; render the tables first")
+    with tempfile.TemporaryDirectory(prefix="leanlm-latex-") as tmp:
+        workdir = Path(tmp)
+        # Copies under plain names: \input and \includegraphics then see no paths with odd characters.
+        for path in tables + figures:
+            shutil.copyfile(path, workdir / path.name)
+        main = "leanlm-tables.tex"
+        write_text(workdir / main, document_source(profile, [p.stem for p in tables], [p.stem for p in figures]))
+        _compile(workdir, main, timeout)
+        with atomic_path(out, suffix=".pdf") as dest:
+            shutil.copyfile(workdir / Path(main).with_suffix(".pdf"), dest)
+    log.info("compiled %d tables and %d figures into %s", len(tables), len(figures), out)
+    return out
