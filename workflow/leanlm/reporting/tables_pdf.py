@@ -16,6 +16,7 @@ from pathlib import Path
 from leanlm import paths
 from leanlm.errors import LeanLMError
 from leanlm.io import atomic_path, write_text
+from leanlm.reporting.figures import FIGURE_CAPTIONS
 from leanlm.reporting.latex import render_template
 
 log = logging.getLogger(__name__)
@@ -23,20 +24,13 @@ log = logging.getLogger(__name__)
 DOCUMENT_TEMPLATE = "document.tex.j2"
 
 
-def _figure_captions() -> dict[str, str]:
-    from leanlm.reporting.figures import FIGURE_CAPTIONS
-
-    return FIGURE_CAPTIONS
-
-
 def document_source(profile: str, tables: list[str], figures: list[str]) -> str:
     """The LaTeX source of tables.pdf: every table \\input, every figure included (names without suffix)."""
-    captions = _figure_captions()
     return render_template(
         DOCUMENT_TEMPLATE,
         profile=profile,
         tables=tables,
-        figures=[{"name": f, "caption": captions.get(f, f.replace("_", " ").capitalize())} for f in figures],
+        figures=[{"name": f, "caption": FIGURE_CAPTIONS.get(f, f.replace("_", " ").capitalize())} for f in figures],
     )
 
 
