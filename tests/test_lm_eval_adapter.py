@@ -16,7 +16,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch import nn
 
-from leanlm.errors import ConfigError
+from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.lm_eval_adapter import LeanLMEvalAdapter, run_lm_eval
 from leanlm.evaluation.scoring import rolling_windows
 
@@ -134,13 +134,12 @@ def test_generate_until_is_refused_with_a_reason(tokenizer):
         lm.generate_until([request("generate_until", "the cat", {"until": ["."]})])
 
 
-def write_task(directory, name, rows, **config):
+def write_task(directory, name, rows, output_type):
+    """A stand-in task as the tasks stage writes it (only those are evaluated: standin_config)."""
+    from leanlm.data.lm_eval_tasks import _write_task
+
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    lines = [f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:",
-             f"    test: {directory / (name + '.jsonl')}", "test_split: test"]
-    lines += [f"{k}: {json.dumps(v)}" for k, v in config.items()]
-    (directory / f"{name}.yaml").write_text("\n".join(lines) + "\n")
+    assert _write_task(directory, name, rows, output_type) == directory / f"{name}.yaml"
 
 
 @pytest.fixture
@@ -156,31 +155,29 @@ def test_run_lm_eval_on_local_tasks_offline(tokenizer, tmp_path, offline_dataset
                {"query": "a dog ran in the", "choices": ["park", "sun"], "label": 0},
                {"query": "the sky is", "choices": ["hot", "blue"], "label": 1}]
     built = tmp_path / "built"
-    write_task(built, "tiny_choice", mc_rows, output_type="multiple_choice", doc_to_text="{{query}}",
-               doc_to_choice="choices", doc_to_target="label",
-               metric_list=[{"metric": "acc", "aggregation": "mean", "higher_is_better": True}])
-    write_task(built, "tiny_pages", [{"page": t} for t in TEXTS], output_type="loglikelihood_rolling",
-               doc_to_text="", doc_to_target="{{page}}",
-               metric_list=[{"metric": "word_perplexity", "aggregation": "weighted_perplexity", "higher_is_better": False}])
+    write_task(built, "leanlm_tiny_choice", mc_rows, "multiple_choice")
+    write_task(built, "leanlm_wikitext", [{"page": t} for t in TEXTS], "loglikelihood_rolling")
     # The task directory moves after it was built (as after a DVC pull elsewhere): the data are found beside the YAML.
     moved = tmp_path / "moved"
     shutil.move(built, moved)
-    results = run_lm_eval(model, tokenizer, ["tiny_choice", "tiny_pages"], str(moved), batch_size=4)
+    results = run_lm_eval(model, tokenizer, ["leanlm_tiny_choice", "leanlm_wikitext"], str(moved), batch_size=4)
 
     lm = LeanLMEvalAdapter(model, tokenizer)
     correct = 0
     for row in mc_rows:
         scores = lm.loglikelihood([request("loglikelihood", row["query"], " " + c) for c in row["choices"]])
         correct += max(range(len(scores)), key=lambda i: scores[i][0]) == row["label"]
-    assert results["tiny_choice"]["acc"] == pytest.approx(correct / len(mc_rows))
+    assert results["leanlm_tiny_choice"]["acc"] == pytest.approx(correct / len(mc_rows))
     total = sum(lm.loglikelihood_rolling([request("loglikelihood_rolling", t) for t in TEXTS]))
     words = sum(len(t.split()) for t in TEXTS)
-    assert results["tiny_pages"]["word_perplexity"] == pytest.approx(math.exp(-total / words), rel=1e-5)
+    assert results["leanlm_wikitext"]["word_perplexity"] == pytest.approx(math.exp(-total / words), rel=1e-5)
 
 
 def test_run_lm_eval_names_missing_stand_ins(tokenizer, tmp_path, offline_datasets):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="leanlm_lambada.*include_path"):
+    with pytest.raises(DataError, match="leanlm_lambada.*missing; run the data stage"):
         run_lm_eval(make_model(tokenizer), tokenizer, ["leanlm_lambada"], str(tmp_path / "empty"))
+    with pytest.raises(ConfigError, match="leanlm_lambada.*no stand-in folder"):
+        run_lm_eval(make_model(tokenizer), tokenizer, ["leanlm_lambada"], None)
     with pytest.raises(ConfigError, match="no tasks"):
         run_lm_eval(make_model(tokenizer), tokenizer, [], None)

@@ -3,17 +3,19 @@
 With a hub mirror set (:mod:`leanlm.data.mirror`), the ``lm_eval`` and ``analysis`` families still run
 lm-eval's own task definitions: the prompts (``doc_to_text``), options and targets, the ``process_docs``
 functions of the task's ``utils.py``, the filters and the metrics. Only where the documents come from
-changes. For each task, :func:`write_redirect` writes a small task YAML that ``include``s lm-eval's
-own YAML of the task (so lm-eval resolves its ``!function`` tags beside the original) and overrides
-the data source alone: ``dataset_path: arrow`` (the ``datasets`` builder for Arrow files) with
-``dataset_kwargs.data_files`` naming, per split, the Arrow files ``save_to_disk`` wrote under
+changes. For each task, :func:`redirect_config` builds the config lm-eval runs: lm-eval's own YAML of the
+task, read with lm-eval's loader (includes merged, ``!function`` tags resolved beside the original, inside
+lm-eval's installed ``tasks/`` folder and nowhere else), with the data source alone overridden:
+``dataset_path: arrow`` (the ``datasets`` builder for Arrow files) with ``dataset_kwargs.data_files``
+naming, per split, the Arrow files ``save_to_disk`` wrote under
 ``datasets/<dataset id>/<config or "default">/<split>/`` of the mirror. The hub's features (ClassLabel
 labels, nested choices) are kept in those files' schema, so the documents lm-eval reads are the hub's.
 
-The YAMLs name absolute paths of this machine (lm-eval's install and the mirror), so they are written
-to a temporary folder for the length of one evaluation (:func:`redirected_tasks`) and never recorded
-in a tracked file; ``datasets`` prepares its copy of the data in that folder too (``cache_dir``), so
-nothing piles up in the home cache of a compute node. Use the tasks inside the ``with`` block. A mirror that lacks a task's dataset or one of the splits lm-eval's config names
+The configs are handed to lm-eval as they are, never written as task files for it to find: lm-eval
+imports the Python a task YAML names, so it reads no folder that data could reach. ``datasets`` prepares
+its copy of the data in a temporary folder for the length of one evaluation (:func:`redirected_tasks`),
+so nothing piles up in the home cache of a compute node. Use the configs inside the ``with`` block. A
+mirror that lacks a task's dataset or one of the splits lm-eval's config names
 (:func:`leanlm.evaluation.lm_eval_configs.task_dataset`) is a DataError naming the task, the dataset
 and the command that fills the mirror.
 """
@@ -24,8 +26,6 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
-
-import yaml
 
 from leanlm.data import mirror
 from leanlm.errors import DataError
@@ -57,22 +57,16 @@ def mirrored_split_files(root: Path, task: str, profile: str) -> dict[str, list[
 
 
 def redirect_config(task: str, root: Path, profile: str, cache_dir: Path | None = None) -> dict:
-    """The task YAML's content: lm-eval's own config of ``task`` (by ``include``) with only its data
-    source moved to the mirror at ``root`` (and ``datasets``' cache of it to ``cache_dir``, if given)."""
+    """The config lm-eval runs for ``task``: lm-eval's own (its installed YAML, includes and ``!function``
+    tags resolved by lm-eval's loader) with only its data source moved to the mirror at ``root`` (and
+    ``datasets``' cache of it to ``cache_dir``, if given)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
     kwargs: dict = {"data_files": mirrored_split_files(root, task, profile)}
     if cache_dir is not None:
         kwargs["cache_dir"] = str(cache_dir)
-    return {"include": str(task_yaml(task)), "task": task, "dataset_path": ARROW_BUILDER, "dataset_name": None,
-            "dataset_kwargs": kwargs}
-
-
-def write_redirect(task: str, root: Path, profile: str, out_dir: Path) -> Path:
-    """Write ``out_dir/<task>.yaml`` (:func:`redirect_config`, caching under ``out_dir/cache``) and return
-    its path."""
-    path = Path(out_dir) / f"{task}.yaml"
-    config = redirect_config(task, root, profile, cache_dir=Path(out_dir) / "cache")
-    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return path
+    own = load_yaml(task_yaml(task), resolve_func=True, recursive=True)
+    return {**own, "task": task, "dataset_path": ARROW_BUILDER, "dataset_name": None, "dataset_kwargs": kwargs}
 
 
 def check_mirrored(tasks: list[str], profile: str) -> None:
@@ -84,15 +78,13 @@ def check_mirrored(tasks: list[str], profile: str) -> None:
 
 
 @contextmanager
-def redirected_tasks(tasks: list[str], profile: str) -> Iterator[Path | None]:
-    """The lm-eval ``include_path`` under which ``tasks`` (lm-eval task names) read the active mirror:
-    a temporary folder of redirect YAMLs, removed afterwards; None when no mirror is set (lm-eval then
-    reads the hub or its cache itself)."""
+def redirected_tasks(tasks: list[str], profile: str) -> Iterator[dict[str, dict] | None]:
+    """``{task: config}`` under which lm-eval's ``tasks`` read the active mirror (:func:`redirect_config`;
+    ``datasets`` caches their data in a temporary folder, removed afterwards); None when no mirror is set
+    (lm-eval then reads the hub or its cache itself)."""
     root = mirror.active_mirror()
     if root is None:
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="leanlm-lm-eval-mirror-") as folder:
-        for task in tasks:
-            write_redirect(task, root, profile, Path(folder))
-        yield Path(folder)
+        yield {task: redirect_config(task, root, profile, cache_dir=Path(folder) / "cache") for task in tasks}

@@ -293,6 +293,65 @@ def _task_config(name: str, data_file: Path, output_type: str) -> dict:
     return config
 
 
+# The output type of each stand-in, fixed by what its builder writes; a labelled family
+# (``leanlm_<family>``) is multiple choice. Read here, never from a task YAML (see standin_config).
+OUTPUT_TYPES = {
+    "leanlm_definition": "multiple_choice", "leanlm_cloze_support": "multiple_choice",
+    "leanlm_next_sentence_2way": "multiple_choice", "leanlm_sentence_completion": "multiple_choice",
+    "leanlm_entailment": "multiple_choice", "leanlm_next_sentence_4way": "multiple_choice",
+    "leanlm_wikitext": "loglikelihood_rolling", "leanlm_lambada": "loglikelihood",
+}
+_STANDIN_NAME = re.compile(r"^leanlm_[a-z][a-z0-9_]*$")
+
+
+def standin_output_type(name: str) -> str:
+    """The output type stand-in ``name`` is built with (ConfigError for a name no builder writes)."""
+    if not _STANDIN_NAME.match(name):
+        raise ConfigError(f"{name!r} is not a leanlm stand-in task name (leanlm_<lowercase letters, digits, _>)")
+    return OUTPUT_TYPES.get(name, "multiple_choice")
+
+
+def standin_config(folder: Path, name: str) -> dict:
+    """The config lm-eval runs for stand-in ``name`` of the task folder ``folder``: this module's own
+    config of that task (:func:`_task_config`), its data file resolved beside the YAML.
+
+    The folder is data: the tasks stage writes it, and ``dvc pull`` may bring it from a shared remote.
+    lm-eval would run what a task YAML says: a ``!function`` tag or an ``include`` of a YAML beside it
+    imports Python from the folder, and its templates are Jinja rendered outside a sandbox. So the YAML
+    decides nothing: it must be exactly the config this module writes for ``name`` (only the data file may
+    be an older build's absolute path to ``<name>.jsonl``), and what lm-eval gets is regenerated here. A YAML
+    that differs is refused, naming the file and the keys, never run.
+    """
+    path = Path(folder) / f"{name}.yaml"
+    output_type = standin_output_type(name)
+    if not path.is_file():
+        raise DataError(f"lm-eval stand-in {name!r}: {path} is missing; run the data stage to write the stand-ins")
+
+    def refuse(detail: str) -> DataError:
+        return DataError(f"{path} is not the task definition leanlm writes for {name!r} ({detail}); leanlm evaluates "
+                         f"only the stand-ins it generates (a task YAML can make lm-eval import code or render "
+                         f"templates). Delete {path.parent} and rerun the data stage (`snakemake data` or "
+                         f"`dvc repro tasks@<profile>`)")
+
+    try:
+        recorded = load_yaml(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as err:  # a tag (!function, !!python) is refused by safe loading
+        raise refuse(f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+    if not isinstance(recorded, dict):
+        raise refuse(f"it holds a {type(recorded).__name__}, not a mapping")
+    data_name = f"{name}.jsonl"
+    expected = _task_config(name, Path(data_name), output_type)
+    recorded_file = ((recorded.get("dataset_kwargs") or {}).get("data_files") or {}).get("test") \
+        if isinstance(recorded.get("dataset_kwargs"), dict) else None
+    if isinstance(recorded_file, str) and Path(recorded_file).name == data_name:  # an older build's absolute path
+        recorded = {**recorded, "dataset_kwargs": {**recorded["dataset_kwargs"], "data_files": {"test": data_name}}}
+    differing = sorted(key for key in set(recorded) | set(expected) if recorded.get(key) != expected.get(key))
+    if differing:
+        raise refuse(f"differs in {', '.join(map(str, differing))}")
+    data_file = (path.parent / data_name).absolute()
+    return {**expected, "dataset_kwargs": {"data_files": {"test": str(data_file)}}}
+
+
 def _write_task(out_dir: Path, name: str, rows: list[Row], output_type: str) -> Path:
     data_file = out_dir / f"{name}.jsonl"
     write_jsonl(data_file, rows)
@@ -320,22 +379,23 @@ def build_lm_eval_tasks(
         raise ConfigError(f"max_examples={max_examples} must be at least 1")
     out_dir = Path(out_dir)
     prose = _Prose(documents)
-    builders: dict[str, tuple[str, Callable[[random.Random], list[Row]]]] = {
-        "leanlm_definition": ("multiple_choice", lambda rng: build_definition(prose, rng)),
-        "leanlm_cloze_support": ("multiple_choice", lambda rng: build_cloze_support(prose, rng)),
-        "leanlm_next_sentence_2way": ("multiple_choice", lambda rng: build_next_sentence(prose, rng, 2, 1)),
-        "leanlm_sentence_completion": ("multiple_choice", lambda rng: build_sentence_completion(prose, rng)),
-        "leanlm_entailment": ("multiple_choice", lambda rng: build_entailment(prose, rng)),
-        "leanlm_next_sentence_4way": ("multiple_choice", lambda rng: build_next_sentence(prose, rng, 4, 2)),
-        "leanlm_wikitext": ("loglikelihood_rolling", lambda rng: build_pages(prose.documents, max_words=max_page_words)),
-        "leanlm_lambada": ("loglikelihood", lambda rng: build_last_word(prose)),
+    builders: dict[str, Callable[[random.Random], list[Row]]] = {
+        "leanlm_definition": lambda rng: build_definition(prose, rng),
+        "leanlm_cloze_support": lambda rng: build_cloze_support(prose, rng),
+        "leanlm_next_sentence_2way": lambda rng: build_next_sentence(prose, rng, 2, 1),
+        "leanlm_sentence_completion": lambda rng: build_sentence_completion(prose, rng),
+        "leanlm_entailment": lambda rng: build_entailment(prose, rng),
+        "leanlm_next_sentence_4way": lambda rng: build_next_sentence(prose, rng, 4, 2),
+        "leanlm_wikitext": lambda rng: build_pages(prose.documents, max_words=max_page_words),
+        "leanlm_lambada": lambda rng: build_last_word(prose),
     }
     for family, examples in (labelled or {}).items():
         if not _LABEL_NAME.match(family):
             raise ConfigError(f"labelled family {family!r}: use a lowercase name of letters, digits and _")
-        builders[f"leanlm_{family}"] = ("multiple_choice", lambda rng, e=examples, f=family: build_labelled(e, f))
+        builders[f"leanlm_{family}"] = lambda rng, e=examples, f=family: build_labelled(e, f)
     written, manifest, skipped = {}, {}, {}
-    for name, (output_type, build) in builders.items():
+    for name, build in builders.items():
+        output_type = standin_output_type(name)
         rng = task_rng(seed, name)
         rows = seeded_sample(build(rng), max_examples, rng)
         if not rows:

@@ -12,8 +12,9 @@ context ``model.config.max_position``) and a ``tokenizers.Tokenizer``:
 
 :func:`run_lm_eval` evaluates a model on lm-eval tasks, by their lm-eval names (``arc_easy``,
 ``wikitext``, ... for the paper profile) or our packaged stand-ins (``leanlm_*`` YAMLs from
-:mod:`leanlm.data.lm_eval_tasks`, found through ``include_path``; also the hub mirror's redirects of
-lm-eval's own tasks, :mod:`leanlm.data.lm_eval_mirror`), and returns plain ``{task: {metric: value}}``.
+:mod:`leanlm.data.lm_eval_tasks`, whose YAMLs are data and are only accepted when they are exactly the
+config leanlm writes; also the hub mirror's redirects of lm-eval's own tasks,
+:mod:`leanlm.data.lm_eval_mirror`), and returns plain ``{task: {metric: value}}``.
 
 From the command line (a checkpoint directory and a tokenizer file or directory)::
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from lm_eval.api.model import TemplateLM
@@ -38,7 +39,6 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from leanlm.data.tokenizer import special_token_id
-from leanlm.io import load_yaml
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.scoring import model_device, rolling_windows, score_windows
 
@@ -196,62 +196,42 @@ class LeanLMEvalAdapter(TemplateLM):
 
 
 # ---------------------------------------------------------------------- running tasks
-def _task_files(include_path: str | os.PathLike | None) -> dict[str, Path]:
-    """task name -> YAML path of the local task files under ``include_path``."""
-    import yaml
-
-    if include_path is None:
-        return {}
-    root = Path(include_path)
-    if not root.is_dir():
-        raise DataError(f"lm-eval include_path {root} is not a directory; build the local tasks first")
-    found = {}
-    for path in sorted(root.rglob("*.yaml")):
-        try:
-            config = load_yaml(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError:
-            continue  # a YAML with lm-eval tags (!function): not one of ours, lm-eval reads it itself
-        if isinstance(config, dict) and isinstance(config.get("task"), str):
-            found[config["task"]] = path
-    return found
+# Where an evaluation's tasks come from (runners get it from leanlm.data.lm_eval_stage.lm_eval_include):
+# a folder of leanlm's packaged stand-ins (data: every YAML is checked against the config leanlm writes,
+# leanlm.data.lm_eval_tasks.standin_config), ready configs by task name (the hub mirror's redirects of
+# lm-eval's own tasks, leanlm.data.lm_eval_mirror), or None. lm-eval's TaskManager never gets a folder to
+# scan: a task YAML found there could run code (a !function tag, an include, a Jinja template).
+TaskSource = str | os.PathLike | Mapping[str, dict] | None
 
 
-def _relocated(config: dict, yaml_path: Path) -> dict:
-    """The config with its data files resolved against the YAML's folder: the builder records them
-    relative to it (lm-eval would resolve them against the working directory), and an older build's
-    absolute paths are found beside the YAML when the folder moved (pulled from a DVC remote elsewhere)."""
-    from leanlm.data.lm_eval_tasks import task_data_file
+def _task_specs(tasks: list[str], source: TaskSource) -> tuple[list, bool]:
+    """What to hand TaskManager.load (configs for the stand-ins and mirrored tasks, lm-eval task names for
+    the rest), and whether lm-eval's own task index is needed (it takes seconds to build, so it is only
+    built when some task is named)."""
+    from leanlm.data.lm_eval_tasks import standin_config
 
-    files = (config.get("dataset_kwargs") or {}).get("data_files")
-    if not isinstance(files, dict):
-        return config
-    moved = {split: str(task_data_file(name, yaml_path).absolute()) for split, name in files.items()}
-    return {**config, "dataset_kwargs": {**config["dataset_kwargs"], "data_files": moved}}
-
-
-def _task_specs(tasks: list[str], include_path) -> tuple[list, bool]:
-    """What to hand TaskManager.load, and whether lm-eval's own task index is needed (it takes
-    seconds to build, so it is only built when some task is not local)."""
-    local = _task_files(include_path)
     specs, needs_defaults = [], False
     for name in tasks:
-        if name in local:
-            config = load_yaml(local[name].read_text(encoding="utf-8"))
-            if "include" in config:
-                # A task that includes another config (the hub mirror's redirect of one of lm-eval's own
-                # tasks, leanlm.data.lm_eval_mirror): lm-eval resolves the include and its !function tags
-                # from the file, so it gets the path.
-                specs.append(str(local[name]))
-            else:
-                specs.append(_relocated(config, local[name]))
+        if isinstance(source, Mapping) and name in source:
+            specs.append(dict(source[name]))
         elif name.startswith(LOCAL_PREFIX):
-            raise ConfigError(f"lm-eval task {name!r} is one of our packaged stand-ins but there is no YAML for "
-                              f"it under include_path={include_path}; build the stand-ins (leanlm.data.lm_eval_tasks) "
-                              f"or check the task name")
+            if source is None or isinstance(source, Mapping):
+                raise ConfigError(f"lm-eval task {name!r} is one of our packaged stand-ins but no stand-in folder "
+                                  f"was given; the packaged source writes them to data/<profile>/tasks/lm_eval")
+            if not Path(source).is_dir():
+                raise DataError(f"lm-eval stand-in folder {source} is not a directory; build the local tasks first")
+            specs.append(standin_config(Path(source), name))
         else:
             specs.append(name)
             needs_defaults = True
     return specs, needs_defaults
+
+
+def task_manager(needs_defaults: bool):
+    """lm-eval's TaskManager over its own installed tasks only (never an include_path: see TaskSource)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=None, include_defaults=needs_defaults)
 
 
 def _plain_metrics(task_results: dict) -> dict[str, float]:
@@ -269,7 +249,7 @@ def run_lm_eval(
     model: nn.Module | LeanLMEvalAdapter,
     tokenizer: Tokenizer | None,
     tasks: list[str],
-    include_path: str | os.PathLike | None,
+    include_path: TaskSource,
     limit: int | float | None = None,
     batch_size: int = 8,
     device: str | None = "cpu",
@@ -281,8 +261,9 @@ def run_lm_eval(
 ) -> dict[str, dict[str, float]]:
     """Evaluate ``model`` on lm-eval ``tasks`` zero-shot, offline; return ``{task: {metric: value}}``.
 
-    Task names are looked up first among the YAMLs under ``include_path`` (our local-JSON stand-ins),
-    then among lm-eval's own tasks. Metrics keep lm-eval's names (``acc``, ``acc_norm``,
+    ``include_path`` says where tasks come from (:data:`TaskSource`): the folder of our packaged stand-ins
+    (``leanlm_*``, each checked against the config leanlm writes), or configs by task name (the hub
+    mirror's redirects); other names are lm-eval's own tasks. Metrics keep lm-eval's names (``acc``, ``acc_norm``,
     ``word_perplexity``, ``perplexity``, ... and their ``*_stderr``); accuracies are fractions.
     ``bootstrap_iters`` sets lm-eval's bootstrap for the standard errors of perplexities (its default of
     100000 takes minutes on a CPU; 0 skips them). ``samples``, when given a dict, receives each task's
@@ -290,14 +271,13 @@ def run_lm_eval(
     logs with ``log_samples``.
     """
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
     if not tasks:
         raise ConfigError("run_lm_eval: no tasks given")
     lm = model if isinstance(model, LeanLMEvalAdapter) else LeanLMEvalAdapter(
         model, tokenizer, batch_size=batch_size, device=device, max_length=max_length)
     specs, needs_defaults = _task_specs(list(tasks), include_path)
-    manager = TaskManager(include_path=str(include_path) if include_path else None, include_defaults=needs_defaults)
+    manager = task_manager(needs_defaults)
     try:
         output = lm_eval.simple_evaluate(
             model=lm, tasks=specs, limit=limit, task_manager=manager, bootstrap_iters=bootstrap_iters,
@@ -305,8 +285,7 @@ def run_lm_eval(
             fewshot_random_seed=seed,
         )
     except KeyError as err:
-        raise ConfigError(f"lm-eval does not know task(s) among {list(tasks)} ({err}); local tasks are "
-                          f"looked up under include_path={include_path}") from None
+        raise ConfigError(f"lm-eval does not know task(s) among {list(tasks)} ({err})") from None
     if output is None:  # not rank 0
         return {}
     if samples is not None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +41,13 @@ log = logging.getLogger(__name__)
 BASELINES_FILE = "lm_eval.json"  # results/<profile>/baselines/lm_eval.json
 
 
-def load_lm_eval_tasks(names: list[str], include_path: str | os.PathLike | None) -> dict[str, Any]:
-    """lm-eval ``Task`` objects by name, built as :func:`run_lm_eval` builds them (local YAMLs under
-    ``include_path`` first, then lm-eval's own task index)."""
-    from lm_eval.tasks import TaskManager
-
-    from leanlm.evaluation.lm_eval_adapter import _task_specs
+def load_lm_eval_tasks(names: list[str], include_path) -> dict[str, Any]:
+    """lm-eval ``Task`` objects by name, built as :func:`run_lm_eval` builds them (``include_path``: the
+    :data:`leanlm.evaluation.lm_eval_adapter.TaskSource` of the evaluation)."""
+    from leanlm.evaluation.lm_eval_adapter import _task_specs, task_manager
 
     specs, needs_defaults = _task_specs(list(names), include_path)
-    manager = TaskManager(include_path=str(include_path) if include_path else None, include_defaults=needs_defaults)
-    return manager.load(specs)["tasks"]
+    return task_manager(needs_defaults).load(specs)["tasks"]
 
 
 def evaluated_docs(task, limit: int | float | None = None) -> list[dict]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leanlm import paths
-from leanlm.errors import ConfigError
+from leanlm.errors import ConfigError, DataError
 from leanlm.io import build_once, write_json
 
 
@@ -100,12 +100,25 @@ def task_config(task: str) -> dict:
     return copy.deepcopy(_entry(task).cfg)
 
 
+def installed_tasks_dir() -> Path:
+    """The ``tasks/`` folder of the installed lm-eval: the only place a task YAML may import code from."""
+    import lm_eval
+
+    return (Path(lm_eval.__file__).resolve().parent / "tasks").resolve()
+
+
 def task_yaml(task: str) -> Path:
-    """The YAML file lm-eval defines ``task`` in (inside the installed ``lm_eval/tasks/``)."""
+    """The YAML file lm-eval defines ``task`` in, inside the installed ``lm_eval/tasks/``. The path comes from
+    the cached index (a file in the cache folder, which anyone with write access there could edit), and
+    lm-eval imports the Python its ``!function`` tags name beside it; so a path elsewhere is refused."""
     entry = _entry(task)
     if entry.yaml_path is None:
         raise ConfigError(f"lm-eval task {task!r} is defined in Python, not by a YAML config")
-    return Path(entry.yaml_path)
+    path, tasks_dir = Path(entry.yaml_path).resolve(), installed_tasks_dir()
+    if not path.is_relative_to(tasks_dir):
+        raise DataError(f"{index_cache_file()}: the task index names {path} for lm-eval task {task!r}, outside "
+                        f"lm-eval's installed tasks ({tasks_dir}); delete that file (it is rebuilt) and rerun")
+    return path
 
 
 def task_dataset(task: str) -> TaskDataset:
