@@ -24,9 +24,9 @@ from pathlib import Path
 
 from leanlm import cluster, forkserver
 from leanlm.config import load_config
-from leanlm.io import read_yaml
 from leanlm.job_code import finetune_code, pretrain_code, render_code
 from leanlm.provenance import code_of, code_version
+from leanlm.reporting.tables_file import load_tables
 from leanlm.runs import pretrain_settings, runs
 
 PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smoke.yaml"
@@ -35,7 +35,8 @@ SUBSET = config.get("subset") or None
 CFG = load_config(PARAMS_FILE, subset=SUBSET)
 PROFILE = CFG["profile"]
 RUNS = {run.run_id: run for run in runs(CFG)}
-TABLES = read_yaml("params/tables.yaml")  # UTF-8, no repeated key
+# UTF-8, no repeated key; every renderer a function of leanlm.reporting (a renderer is code a params file names)
+TABLES = load_tables("params/tables.yaml")
 
 # Rules call `leanlm`/`dvc` from the environment Snakemake itself runs in, even when it was started
 # as .venv/bin/snakemake without activating the venv.

@@ -17,6 +17,7 @@ chooses what code runs or which files outside the project are touched.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -175,3 +176,130 @@ def test_an_index_entry_outside_lm_evals_install_is_refused(tmp_path, monkeypatc
     with pytest.raises(DataError, match=r"names .*arc_easy\.yaml for lm-eval task 'arc_easy', outside lm-eval's "
                                         r"installed tasks .*delete that file"):
         lm_eval_configs.task_yaml("arc_easy")
+
+
+# ------------------------------------------------------------------------ 2. renderers of tables.yaml
+def _set_renderer(root: Path, table: str, renderer: str) -> None:
+    path = root / "params" / "tables.yaml"
+    text = path.read_text()
+    line = next(line for line in text.splitlines() if line.startswith(f"{table}:"))
+    start = line.index('renderer: "') + len('renderer: "')
+    path.write_text(text.replace(line, line[:start] + renderer + line[line.index('"', start):]))
+
+
+RENDERERS = {  # renderer -> what the refusal names
+    "shutil:rmtree": ["must be a function of leanlm's reporting package"],
+    "leanlm.io:write_text": ["must be a function of leanlm's reporting package"],  # leanlm, but not a renderer
+    "leanlm.reporting.ch2.tables:no_such_function": ["ch2.tables", "defines no 'no_such_function'"],
+    "leanlm.reporting.ch9:table_9_1": ["module leanlm.reporting.ch9 does not exist"],
+}
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_validate_refuses_a_renderer_outside_the_reporting_package(scratch_root, capsys, renderer):
+    from test_faults import validate
+
+    _set_renderer(scratch_root, "table_2_1", renderer)
+    code, out = validate(scratch_root / "params" / "smoke.yaml", capsys)
+    assert code == 2 and "Traceback" not in out, out
+    for text in ["tables.yaml: table_2_1", renderer, *RENDERERS[renderer]]:
+        assert text in out, (text, out)
+
+
+def test_a_yaml_error_in_tables_yaml_names_the_file_and_line(scratch_root, capsys):
+    from test_faults import validate
+
+    path = scratch_root / "params" / "tables.yaml"
+    path.write_text(path.read_text() + "table_9_9: {kind: results, renderer: [unclosed\n")
+    code, out = validate(scratch_root / "params" / "smoke.yaml", capsys)
+    assert code == 2 and "Traceback" not in out, out
+    assert "tables.yaml" in out and "line" in out, out
+
+
+@pytest.mark.slow
+def test_snakemake_refuses_the_renderer_before_any_job(scratch_root, tmp_path):
+    """The payload itself: rmtree of a folder at render time. Refused when the Snakefile is read."""
+    from test_faults import snakemake, workflow_project
+
+    root = workflow_project(scratch_root)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    _set_renderer(root, "table_2_1", "shutil:rmtree")
+    proc = snakemake(root, "-n", "--cores", "1", "--configfile", str(root / "params" / "smoke.yaml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "tables.yaml: table_2_1" in out and "shutil:rmtree" in out, out
+    assert "Job stats" not in out and "localrule" not in out, out
+    assert victim.is_dir()
+
+
+def test_a_dotted_path_outside_its_package_is_never_imported(tmp_path):
+    """Where a renderer is imported (the render jobs), the same bound holds whatever the file said."""
+    from leanlm.registry import DottedRegistry, resolve
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    registry = DottedRegistry("table", lambda: {"table_2_1": "shutil:rmtree"}, within="leanlm.reporting")
+    with pytest.raises(ConfigError, match=r"table 'table_2_1': 'shutil:rmtree' is outside leanlm.reporting"):
+        registry.get("table_2_1")(victim)
+    with pytest.raises(ConfigError, match="outside leanlm"):
+        resolve("os:system", "objective 'x'")
+    assert victim.is_dir()
+    assert resolve("leanlm.reporting.render:Table", "table") is not None  # the package's own still resolves
+
+
+# ------------------------------------------------------------------- 3. records pulled by share pull
+def _pulled(root: Path, records: dict) -> None:
+    from leanlm import share
+
+    share.records_file(root, "smoke").parent.mkdir(parents=True, exist_ok=True)
+    share.records_file(root, "smoke").write_text(json.dumps(records))
+
+
+@pytest.mark.parametrize("key", ["{victim}", "../outside/victim", "models/smoke/../../../outside/victim",
+                                 "models/paper/run/model.safetensors", "results/smoke.dvc"])
+def test_share_pull_sets_no_time_outside_the_profiles_folders(tmp_path, key):
+    """The issue's keys (/abs/path and ../) and their cousins: another profile's folder, a file beside them."""
+    from leanlm import share
+
+    root, victim = tmp_path / "project", tmp_path / "outside" / "victim"
+    victim.parent.mkdir(parents=True)
+    victim.write_text("not the project's")
+    for inside in ("models/paper/run/model.safetensors", "results/smoke.dvc", "models/smoke/run/model.safetensors"):
+        (root / inside).parent.mkdir(parents=True, exist_ok=True)
+        (root / inside).write_text("x")
+    before = {path: path.stat().st_mtime for path in (victim, root / "models/paper/run/model.safetensors",
+                                                      root / "results/smoke.dvc", root / "models/smoke/run/model.safetensors")}
+    key = key.format(victim=victim)
+    _pulled(root, {"models/smoke/run/model.safetensors": {"endtime": 1_000_000.0}, key: {"endtime": 1_000_000.0}})
+    with pytest.raises(DataError, match=rf"SNAKEMAKE_RECORDS.json: key '{re.escape(key)}' is not a path under "
+                                        r"data/smoke/, models/smoke/.*nothing was restored"):
+        share.restore_records(root, "smoke")
+    assert {path: path.stat().st_mtime for path in before} == before  # not even the good key's time was set
+    assert not (root / share.METADATA).exists()
+
+
+def test_share_pull_follows_no_symbolic_link_out_of_the_project(tmp_path):
+    from leanlm import share
+
+    root, outside = tmp_path / "project", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("x")
+    mtime = (outside / "victim").stat().st_mtime
+    (root / "models" / "smoke").mkdir(parents=True)
+    (root / "models" / "smoke" / "run").symlink_to(outside)  # a pulled folder holding a link
+    _pulled(root, {"models/smoke/run/victim": {"endtime": 1_000_000.0}})
+    with pytest.raises(DataError, match="leads out of the profile's folder through a symbolic link"):
+        share.restore_records(root, "smoke")
+    assert (outside / "victim").stat().st_mtime == mtime
+
+
+@pytest.mark.parametrize("record", [{"endtime": "yesterday"}, {"endtime": float("nan")}, ["endtime"]])
+def test_share_pull_refuses_a_record_without_a_time(tmp_path, record):
+    from leanlm import share
+
+    key = "models/smoke/run/model.safetensors"
+    (tmp_path / key).parent.mkdir(parents=True)
+    (tmp_path / key).write_text("x")
+    _pulled(tmp_path, {key: record})
+    with pytest.raises(DataError, match=rf"key '{key}' has no valid record"):
+        share.restore_records(tmp_path, "smoke")

@@ -44,17 +44,20 @@ class Registry(Generic[T]):
         return name in self._items
 
 
-def resolve(target: str, what: str):
+def resolve(target: str, what: str, within: str = "leanlm"):
     """The object a dotted path ``"package.module:attr"`` names, imported now (lm-eval's lazy registry).
 
     A module or attribute that does not exist fails loudly with ``what`` (the registered name and where it
-    was registered), never by skipping: a missed rename must not silently drop a plug-in.
+    was registered), never by skipping: a missed rename must not silently drop a plug-in. The module must
+    lie in the package ``within``: a dotted path can come from a params file, and importing it runs code.
     """
     import importlib
 
-    module, sep, attr = target.partition(":")
+    module, sep, attr = target.partition(":") if isinstance(target, str) else ("", "", "")
     if not sep or not module or not attr:
         raise ConfigError(f"{what}: {target!r} is not a dotted path of the form 'package.module:attr'")
+    if module != within and not module.startswith(within + "."):
+        raise ConfigError(f"{what}: {target!r} is outside {within}; a plug-in must be one of its modules")
     try:
         loaded = importlib.import_module(module)
     except ModuleNotFoundError as err:
@@ -74,9 +77,10 @@ class DottedRegistry(Generic[T]):
     params/tables.yaml, or by a folder, :class:`FolderRegistry`).
     """
 
-    def __init__(self, kind: str, targets: Callable[[], dict[str, str]]):
+    def __init__(self, kind: str, targets: Callable[[], dict[str, str]], within: str = "leanlm"):
         self.kind = kind
         self._targets = targets
+        self.within = within  # the package every target must lie in (resolve)
 
     def targets(self) -> dict[str, str]:
         return self._targets()
@@ -89,7 +93,7 @@ class DottedRegistry(Generic[T]):
             raise ConfigError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(targets))}") from None
 
     def get(self, name: str) -> T:
-        return resolve(self.target(name), f"{self.kind} {name!r}")
+        return resolve(self.target(name), f"{self.kind} {name!r}", self.within)
 
     def names(self) -> list[str]:
         return sorted(self.targets())
@@ -104,7 +108,7 @@ class FolderRegistry(DottedRegistry[T]):
 
     def __init__(self, kind: str, package: str, attr: str):
         self.package, self.attr = package, attr
-        super().__init__(kind, self._folder_targets)
+        super().__init__(kind, self._folder_targets, within=package)
 
     def folder(self):
         import importlib.util

@@ -69,7 +69,7 @@ def restore_records(root: Path, profile: str) -> int:
     path = records_file(root, profile)
     if not path.is_file():
         raise DataError(f"{path} is missing: pull results/{profile}.dvc first (`leanlm share push` writes it)")
-    records = json.loads(path.read_text(encoding="utf-8"))
+    records = _checked_records(root, profile, path)
     metadata = root / METADATA
     metadata.mkdir(parents=True, exist_ok=True)
     restored = 0
@@ -83,6 +83,37 @@ def restore_records(root: Path, profile: str) -> int:
         os.utime(output, (record["endtime"], record["endtime"]), follow_symlinks=False)
         restored += 1
     return restored
+
+
+def _checked_records(root: Path, profile: str, path: Path) -> dict[str, dict]:
+    """The records of ``path``, every one checked before any is applied: the file comes from the remote, and
+    its keys name the files whose times are set. A key must be a relative path under one of the profile's
+    folders of the project (``data/<profile>/``, ``models/<profile>/`` ...), with no ``..`` and no symbolic
+    link on the way out of the project; ``endtime`` must be a time. Else DataError naming the file and key."""
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError(f"{path}: not a records file `leanlm share push` writes ({err})") from None
+    if not isinstance(records, dict):
+        raise DataError(f"{path}: not a records file `leanlm share push` writes (a mapping of output paths)")
+    prefixes, top = _prefixes(profile), root.resolve()
+    for key, record in records.items():
+        problem = None
+        parts = Path(key).parts
+        if Path(key).is_absolute() or ".." in parts or not key.startswith(prefixes):
+            problem = f"is not a path under {', '.join(prefixes)} of the project"
+        elif not (root / key).parent.resolve().is_relative_to(top / parts[0] / profile):
+            problem = "leads out of the profile's folder through a symbolic link"
+        elif not isinstance(record, dict) or not _is_time(record.get("endtime", 0.0)):
+            problem = "has no valid record (a mapping whose endtime is a time)"
+        if problem:
+            raise DataError(f"{path}: key {key!r} {problem}; the file was not written by `leanlm share push` "
+                            f"(nothing was restored). Check the remote, then pull again")
+    return records
+
+
+def _is_time(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
 
 
 def _dvc(root: Path, *args: str) -> None:

@@ -35,7 +35,8 @@ from leanlm.reporting.reported import load_reported, reported_row, thesis_label
 log = logging.getLogger(__name__)
 
 # Registered by dotted path in params/tables.yaml (kind analytic, ``renderer:``), imported only when written.
-ANALYTIC: DottedRegistry[Callable[[str], list[Path]]] = DottedRegistry("analytic item", lambda: renderers("analytic"))
+ANALYTIC: DottedRegistry[Callable[[str], list[Path]]] = DottedRegistry("analytic item", lambda: renderers("analytic"),
+                                                                      within="leanlm.reporting")
 
 # Chapter 3's attention variants in the thesis's row order; a row appears once its variant is registered.
 CH3_VARIANTS = ["sha", "mha", "el_att", "mqa", "skv", "mhe_add", "mhe_mul"]

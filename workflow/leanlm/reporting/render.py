@@ -49,30 +49,22 @@ class Table:
 TableFn = Callable[[str, dict, pd.DataFrame], Table]
 
 
-@lru_cache(maxsize=4)
-def _tables_yaml(path: str) -> dict:
-    from leanlm.io import load_yaml
-
-    return load_yaml(Path(path).read_text(encoding="utf-8"))
-
-
 def renderers(kind: str) -> dict[str, str]:
-    """params/tables.yaml's items of ``kind`` (results, params, analytic) -> their ``renderer`` dotted path."""
-    path = paths.params_dir() / "tables.yaml"
-    items = _tables_yaml(str(path))
-    missing = [name for name, spec in items.items() if "renderer" not in spec]
-    if missing:
-        raise LeanLMError(f"{path}: {', '.join(missing)} name no renderer (\"package.module:function\")")
-    return {name: spec["renderer"] for name, spec in items.items() if spec["kind"] == kind}
+    """params/tables.yaml's items of ``kind`` (results, params, analytic) -> their ``renderer`` dotted path
+    (each checked to be a function of leanlm's reporting package: :mod:`leanlm.reporting.tables_file`)."""
+    from leanlm.reporting.tables_file import load_tables
+
+    return {name: spec["renderer"] for name, spec in load_tables().items() if spec["kind"] == kind}
 
 
 # Registered by dotted path in params/tables.yaml (``renderer:``) and imported only when rendered: a
 # chapter's renderers live in leanlm/reporting/ch2, ch3, ch4, which import this module, never the reverse.
 # Also chapter 4's figures drawn from runs (tables.yaml kind results, outputs pdf/png/csv): they write
 # their own files and return the paths instead of a Table.
-TABLES: DottedRegistry[TableFn] = DottedRegistry("table", lambda: renderers("results"))
+TABLES: DottedRegistry[TableFn] = DottedRegistry("table", lambda: renderers("results"), within="leanlm.reporting")
 # Tables rendered from the params file alone (tables.yaml kind: params).
-PARAMS_TABLES: DottedRegistry[Callable[[str, dict], Table]] = DottedRegistry("params table", lambda: renderers("params"))
+PARAMS_TABLES: DottedRegistry[Callable[[str, dict], Table]] = DottedRegistry("params table", lambda: renderers("params"),
+                                                                             within="leanlm.reporting")
 
 # The thesis's benchmark scale (§3.4.3): the 12-layer BERT-base with 12 heads of 64.
 THESIS_SCALE = {"n_layers": 12, "n_heads": 12, "head_dim": 64}
