@@ -47,11 +47,13 @@ def cmd_validate(args) -> None:
     from leanlm import paths
     from leanlm.data.dvc_profiles import check_dvc_profile
 
+    from leanlm.reporting.params_tables import check_params_tables
     from leanlm.reporting.tables_file import load_tables
 
     config = _config(args)
     check_dvc_profile(config, paths.project_root() / "dvc.yaml")  # as the Snakefile does: DVC has its stages
     load_tables()  # params/tables.yaml, as the Snakefile reads it: renderers inside leanlm.reporting
+    check_params_tables(config)  # the hyperparameter tables render from this profile
     print(f"{config['_params_file']}: valid; profile {config['profile']!r}, source {config['source']!r}")
     for run in runs(config):
         print(f"  {run.run_id}: {run.backbone} {run.attention}, pretrain {run.objective}, fine-tune {', '.join(run.finetune)}")

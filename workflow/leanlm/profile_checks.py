@@ -60,11 +60,28 @@ def _check_schedules(config: dict, path: Path, run: Run, model_config) -> None:
         raise ConfigError(f"{path}: key {origin('warmup_steps')} = {settings['warmup_steps']} is larger than "
                           f"{origin('steps')} = {settings['steps']} (run {run.run_id}): the learning rate would "
                           f"never reach its value; make warmup_steps at most steps")
+    if not _any_step_learns(settings):
+        raise ConfigError(f"{path}: with {origin('steps')} = {settings['steps']} and {origin('warmup_steps')} = "
+                          f"{settings['warmup_steps']} (run {run.run_id}), every step trains at learning rate 0 (the "
+                          f"{settings['schedule']} schedule's warm-up starts from 0), so the 'pretrained' model would "
+                          f"be its initialisation; make steps larger than warmup_steps, or warmup_steps 0")
     if settings["seq_len"] > model_config.max_tokens:
         raise ConfigError(f"{path}: key {origin('seq_len')} = {settings['seq_len']} is longer than the "
                           f"{model_config.max_tokens} positions of run {run.run_id}'s model (key "
                           f"models.{run.size}.max_position = {model_config.max_position}); lower seq_len or "
                           f"raise max_position")
+
+
+def _any_step_learns(settings: dict) -> bool:
+    """Whether some optimizer step of the run has a learning rate above 0. A warm-up rises from 0 at step 0
+    (the Hugging Face convention the thesis used: :mod:`leanlm.training.schedules`), so ``steps: 1`` with
+    any warm-up trains nothing. Only the first ``warmup_steps + 1`` steps need looking at: every schedule
+    reaches its peak at the end of the warm-up."""
+    from leanlm.training.schedules import lr_multiplier
+
+    steps, warmup = settings["steps"], settings["warmup_steps"]
+    return any(lr_multiplier(settings["schedule"], step, steps, warmup) > 0
+               for step in range(min(steps, warmup + 1)))
 
 
 def _check_finetune_lengths(config: dict, path: Path, run: Run, model_config) -> None:
@@ -81,6 +98,29 @@ def _check_finetune_lengths(config: dict, path: Path, run: Run, model_config) ->
         raise ConfigError(f"{path}: key {key} = {length} is longer than the {model_config.max_tokens} positions of "
                           f"run {run.run_id}'s model (key models.{run.size}.max_position = "
                           f"{model_config.max_position}); lower max_seq_len or raise max_position")
+
+
+def _check_lm_windows(config: dict, path: Path, run: Run, model_config) -> None:
+    """A perplexity family's window (``max_length``, default the model's context) fits the model and its
+    ``stride`` fits the window (a wider stride would leave tokens between windows unscored). The runner
+    (:mod:`leanlm.runners.lm`) checks the same, but only after the run's pretraining."""
+    from leanlm.evaluation.perplexity import THESIS_STRIDE
+    from leanlm.plugins import runner_name
+
+    for family in run.finetune:
+        settings = config["finetune"].get(family) or {}  # what the runner reads
+        if not any(runner_name(family, task) == "lm" for task in settings.get("tasks", ())):
+            continue
+        window = settings.get("max_length") or model_config.max_tokens
+        stride = settings.get("stride") or THESIS_STRIDE
+        if window > model_config.max_tokens:
+            raise ConfigError(f"{path}: key finetune.{family}.max_length = {window} exceeds the {model_config.max_tokens} "
+                              f"positions of run {run.run_id}'s model (models.{run.size}.max_position); lower it or "
+                              f"leave it null")
+        if stride > window:
+            raise ConfigError(f"{path}: key finetune.{family}.stride = {stride} exceeds the window of {window} tokens "
+                              f"(finetune.{family}.max_length, run {run.run_id}): tokens between windows would never "
+                              f"be scored; make stride at most max_length")
 
 
 def _check_span_windows(config: dict, path: Path, run: Run) -> None:
@@ -181,6 +221,7 @@ def check_combinations(config: dict, path: Path) -> None:
         _check_schedules(config, path, run, model_config)
         if run.objective != "hub":  # a hub checkpoint brings its own positions
             _check_finetune_lengths(config, path, run, model_config)
+            _check_lm_windows(config, path, run, model_config)
         _check_span_windows(config, path, run)
         if m["n_heads"] * m["head_dim"] != m["d_model"]:
             raise ConfigError(

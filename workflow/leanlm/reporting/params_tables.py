@@ -14,10 +14,11 @@ from typing import Callable
 import pandas as pd
 
 from leanlm.data.tasks import get_task
+from leanlm.errors import ConfigError
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
 from leanlm.reporting.reported import load_reported
-from leanlm.reporting.render import Table, scale_note
+from leanlm.reporting.render import PARAMS_TABLES, Table, scale_note
 
 # Pretraining objectives of chapter 3: printed column header and the model size whose dropout applies.
 OBJECTIVES = [("mlm", "MLM (encoders)", "bert"), ("causal_lm", "causal LM (decoders)", "gpt2"),
@@ -144,8 +145,12 @@ def hyperparameter_table(profile: str, config: dict, *, table: str, rows: list[R
 
 def table_3_11(profile: str, config: dict) -> Table:
     """Pretraining hyperparameters of the profile (Table 3.11) beside the thesis's."""
-    columns = [(objective, header, config["pretrain"][objective], config["models"].get(size, {}),
-                f"pretrain.{objective}")
+    missing = [f"pretrain.{objective} is set but models.{size} is not" for objective, _, size in OBJECTIVES
+               if objective in config["pretrain"] and size not in config["models"]]
+    if missing:  # each column prints the dropout of the model size its objective pretrains
+        raise ConfigError(f"Table 3.11 shows each pretraining block beside its model's dropout: {'; '.join(missing)}; "
+                          f"add the model size or remove the block")
+    columns = [(objective, header, config["pretrain"][objective], config["models"][size], f"pretrain.{objective}")
                for objective, header, size in OBJECTIVES if objective in config["pretrain"]]
     caption = (f"Hyperparameters used in pretraining (Table 3.11), as the {profile} profile sets them "
                f"(params file {Path(config['_params_file']).name}), beside the thesis's (MLM); dropout is the model size's. "
@@ -174,3 +179,18 @@ def table_3_12(profile: str, config: dict) -> Table:
                f"{EARLY_STOPPING_NOTE} {scale_note(config, 'bert')}. A '-' marks a setting the thesis does not print.")
     return hyperparameter_table(profile, config, table="table_3_12", rows=FINETUNE_ROWS, columns=columns,
                                 caption=caption, thesis_align="p{5.2cm}", value_align="p{2.2cm}")
+
+
+def check_params_tables(config: dict) -> None:
+    """Render every params table of the profile in memory (they read the params file alone), so a setting
+    one of them needs and the profile lacks is refused by ``leanlm validate``, naming the table and the key,
+    not by the render job after all training. Nothing is written."""
+    for name in PARAMS_TABLES.names():
+        try:
+            PARAMS_TABLES.get(name)(config["profile"], config)
+        except ConfigError as err:
+            raise ConfigError(f"{config['_params_file']}: {name} (params/tables.yaml): {err}") from None
+        except KeyError as err:
+            raise ConfigError(f"{config['_params_file']}: {name} (params/tables.yaml) shows a setting the profile "
+                              f"does not have: key {err} of the block it reads (e.g. models.<size> for a "
+                              f"pretrain.<objective> block); add it, or remove the block that needs it") from None

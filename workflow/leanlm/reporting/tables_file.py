@@ -104,3 +104,4 @@ def _top_level_names(source: Path) -> frozenset[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
     return frozenset(names)
+
