@@ -149,5 +149,41 @@ def pull(root: Path, profile: str, remote: str | None = None) -> int:
     if not folders:
         raise DataError(f"no models/{profile}.dvc, results/{profile}.dvc or paper_tables/{profile}.dvc in {root}: "
                         f"nothing was shared for this profile (`leanlm share push` on the machine that built it)")
+    check_no_run(root, profile)
     _dvc(root, "pull", *(["-r", remote] if remote else []), *_data_stages(root, profile), *folders)
+    check_no_run(root, profile)  # one may have started during the pull: its records must not be overwritten
     return restore_records(root, profile)
+
+
+def check_no_run(root: Path, profile: str) -> None:
+    """DataError while a Snakemake run of ``profile`` holds its lock in this project: a pull would replace
+    its outputs and records mid-run. Snakemake's lock is a set of files ``.snakemake/locks/<n>.{input,output}
+    .lock`` listing the paths a running (not dry) Snakemake reads and writes, removed when it ends; a run
+    killed hard leaves them, which ``snakemake --unlock`` clears. Checked before the pull and again before the
+    records are restored; a run started in between is seen by the second check (its outputs may then be
+    pulled copies: rerun it after the pull)."""
+    locks = root / ".snakemake" / "locks"
+    held: dict[str, list[str]] = {}
+    for lock in sorted(locks.glob("*.lock")) if locks.is_dir() else []:
+        try:
+            lines = lock.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue  # removed as its run ended
+        paths = [_relative(line.strip(), root) for line in lines if line.strip()]
+        ours = [path for path in paths if path.startswith(_prefixes(profile))]
+        if ours:
+            held[str(lock.relative_to(root))] = ours
+    if held:
+        named = "; ".join(f"{lock} ({len(paths)} path(s) of the profile, e.g. {paths[0]})" for lock, paths in held.items())
+        raise DataError(f"a Snakemake run of profile {profile!r} holds its lock in {root}: {named}. A pull now would "
+                        f"replace its outputs mid-run; wait for it to end, or, if no run is going (one was killed), "
+                        f"clear the lock with `snakemake --unlock --configfile params/{profile}.yaml`")
+
+
+def _relative(path: str, root: Path) -> str:
+    if not os.path.isabs(path):
+        return path
+    try:
+        return str(Path(path).relative_to(root.resolve()))
+    except ValueError:
+        return path
