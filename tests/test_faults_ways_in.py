@@ -12,9 +12,6 @@ chooses what code runs or which files outside the project are touched.
    Snakefile is read (before any job), and again when it is resolved.
 3. ``leanlm share pull`` set file times for any key of a pulled ``SNAKEMAKE_RECORDS.json`` (``/abs/path``
    and ``../`` keys worked). Now a key outside the profile's folders of the project is refused.
-
-Also case 12, in the same module: ``leanlm share pull`` while a Snakemake run of the profile holds its lock
-replaced outputs and records mid-run; now it is refused, before the pull and again before the records.
 """
 
 from __future__ import annotations
@@ -307,47 +304,3 @@ def test_share_pull_refuses_a_record_without_a_time(tmp_path, record):
     with pytest.raises(DataError, match=rf"key '{key}' has no valid record"):
         share.restore_records(tmp_path, "smoke")
 
-
-# ----------------------------------------------------- 12. share pull while a Snakemake run is writing
-def _snakemake_lock(root: Path, lock_type: str, keys: list[str]) -> Path:
-    """A lock as a running Snakemake writes it (its own FilePersistence._write_locks)."""
-    from types import SimpleNamespace
-
-    from snakemake.persistence.file import FilePersistence
-
-    lockdir = root / ".snakemake" / "locks"
-    lockdir.mkdir(parents=True, exist_ok=True)
-    held = SimpleNamespace(_lockdir=str(lockdir), _lockfile={})
-    FilePersistence._write_locks(held, lock_type, keys)
-    return Path(held._lockfile[lock_type])
-
-
-@pytest.mark.parametrize("lock_type", ["output", "input"])
-def test_share_pull_refuses_while_a_snakemake_run_holds_the_profile(tmp_path, monkeypatch, lock_type):
-    from leanlm import share
-
-    for top in ("models", "results"):
-        (tmp_path / top / "smoke.dvc").parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / top / "smoke.dvc").write_text("outs: []\n")
-    lock = _snakemake_lock(tmp_path, lock_type, ["data/smoke/corpus", "models/smoke/ch3_encoder-mha/model.safetensors"])
-    ran = []
-    monkeypatch.setattr(share, "_dvc", lambda root, *args: ran.append(args))
-    with pytest.raises(DataError, match=rf"Snakemake run of profile 'smoke' holds its lock .*{lock.name} \(2 path\(s\) "
-                                        r"of the profile, e.g. data/smoke/corpus\).*snakemake --unlock"):
-        share.pull(tmp_path, "smoke")
-    assert ran == []  # refused before dvc touched anything
-    lock.unlink()
-    _snakemake_lock(tmp_path, lock_type, ["models/paper/run/model.safetensors"])  # another profile's run
-    share.check_no_run(tmp_path, "smoke")
-
-
-def test_share_pull_sees_a_run_that_started_during_the_pull(tmp_path, monkeypatch):
-    from leanlm import share
-
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "smoke.dvc").write_text("outs: []\n")
-    monkeypatch.setattr(share, "_data_stages", lambda root, profile: [])
-    monkeypatch.setattr(share, "_dvc", lambda root, *args: _snakemake_lock(root, "output", ["results/smoke/all_runs.csv"]))
-    monkeypatch.setattr(share, "restore_records", lambda root, profile: pytest.fail("records restored mid-run"))
-    with pytest.raises(DataError, match="holds its lock"):
-        share.pull(tmp_path, "smoke")

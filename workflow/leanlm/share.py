@@ -150,9 +150,60 @@ def pull(root: Path, profile: str, remote: str | None = None) -> int:
         raise DataError(f"no models/{profile}.dvc, results/{profile}.dvc or paper_tables/{profile}.dvc in {root}: "
                         f"nothing was shared for this profile (`leanlm share push` on the machine that built it)")
     check_no_run(root, profile)
-    _dvc(root, "pull", *(["-r", remote] if remote else []), *_data_stages(root, profile), *folders)
+    verified_pull(root, [*_data_stages(root, profile), *folders], remote)
     check_no_run(root, profile)  # one may have started during the pull: its records must not be overwritten
     return restore_records(root, profile)
+
+
+def verified_pull(root: Path, targets: list[str], remote: str | None = None) -> None:
+    """``dvc pull targets`` with the remote's ``verify`` option on for this pull: DVC hashes every file it
+    downloads and keeps none whose content differs from its name (the hash git records in the ``.dvc``
+    files and dvc.lock). Without it, an object changed in the remote is checked out as it is, with exit 0,
+    and even ``dvc status`` then reports nothing (DVC trusts the hashes of what it checked out). A file that
+    fails is refused with its path; nothing of it is checked out."""
+    from dvc.exceptions import CheckoutError, DvcException
+    from dvc.repo import Repo
+
+    here = os.getcwd()
+    os.chdir(root)  # DVC resolves targets (.dvc files, stage names) against the working directory
+    try:
+        with Repo(str(root), remote=remote, remote_config={"verify": True}) as repo:
+            try:
+                repo.pull(targets=targets, remote=remote)
+            except CheckoutError as err:
+                failed = list((err.result or {}).get("failed") or err.target_infos)
+                files = _unverified_files(repo, root, failed)
+                raise DataError(f"the DVC remote{f' {remote!r}' if remote else ''} holds copies that differ from what "
+                                f"git records (or lacks them), so they were not checked out: {', '.join(files)}. "
+                                f"Someone changed or removed them in the remote: push them again from a machine whose "
+                                f"copies are right (`leanlm share push`), then pull") from None
+    except ValueError as err:  # dvc: "Missing remote name"
+        raise DataError(f"no DVC remote to pull from in {root} ({err}): add one (`dvc remote add -d ...`) or give "
+                        f"--remote") from None
+    except DvcException as err:
+        raise DataError(f"`dvc pull {' '.join(targets)}` failed in {root}: {err}") from None
+    finally:
+        os.chdir(here)
+
+
+def _unverified_files(repo, root: Path, failed: list[str]) -> list[str]:
+    """The files of the failed outputs that are not in the cache after a verified pull (their remote copy
+    did not match its hash, or is missing); a whole output where its listing itself is not there."""
+    cache, named = repo.cache.local, []
+    wanted = {str(Path(path)) for path in failed}
+    for stage in repo.index.stages:
+        for out in stage.outs:
+            path = str(Path(out.fs_path).relative_to(Path(root).resolve()))
+            if path not in wanted or out.hash_info is None or not out.hash_info.value:
+                continue
+            listing = Path(cache.oid_to_path(out.hash_info.value))
+            if not out.hash_info.isdir or not listing.is_file():
+                named.append(path)
+                continue
+            entries = json.loads(listing.read_text(encoding="utf-8"))
+            named += [f"{path}/{entry['relpath']}" for entry in entries
+                      if not Path(cache.oid_to_path(entry["md5"])).is_file()]
+    return named or sorted(wanted)
 
 
 def check_no_run(root: Path, profile: str) -> None:
