@@ -389,9 +389,7 @@ class Trainer:
         }
 
     def _autocast(self):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+        return _autocast(self.autocast_dtype, self.device)
 
 
 def local_grad_accum(grad_accum: int, world_size: int, desc: str = "train") -> int:
@@ -415,6 +413,18 @@ def local_grad_accum(grad_accum: int, world_size: int, desc: str = "train") -> i
 def _compiled(model: nn.Module, compile: bool) -> nn.Module:
     """``torch.compile(model)`` when the run asks for it (TrainConfig.compile), else the model itself."""
     return torch.compile(model) if compile else model
+
+
+def training_autocast(precision: str, device: torch.device):
+    """The context a run with ``precision`` computes its forward passes in on ``device``, as the
+    Trainer does: bf16 autocast, or no autocast for fp32 (tests train a step exactly this way)."""
+    return _autocast(_autocast_dtype(precision, device), device)
+
+
+def _autocast(dtype: torch.dtype | None, device: torch.device):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
