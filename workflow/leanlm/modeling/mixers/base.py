@@ -23,6 +23,7 @@ tables are rendered from the classes and checked against measurements (reporting
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -102,6 +103,18 @@ def apply_rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     half = t.size(-1) // 2
     rotated = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
     return t * cos + rotated * sin
+
+
+def autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (False for devices autocast does not know)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
+def autocast_off(device_type: str):
+    """A context with autocast off on ``device_type``, for kernels that choose their own dtypes."""
+    if not torch.amp.is_autocast_available(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False)
 
 
 def causal_bias(attention_mask: torch.Tensor | None, length: int, like: torch.Tensor

@@ -11,7 +11,15 @@ per head instead of Based's 1 + d_h + d_h^2, chunk by chunk with the state carri
 ``approximate_per_term`` is the appendix's form (eqs. 4.14-4.17): three terms, each normalised on
 its own, with element-wise squares in the second-order term; its state is exactly what Table 4.8
 counts (6Bd + 4Bd^2/h bytes). Its first-order denominator q.sum(k) can be near zero: that is the
-appendix's formula, kept as printed.
+appendix's formula, kept as printed. Under autocast its parallel form sums in float32: in bf16 (8
+significant bits) that denominator, a sum of terms of both signs that can be thousands of times
+smaller than they are, came out exactly 0 where a chunk's own part and the earlier chunks' part
+rounded to equal and opposite numbers (measured: 8.875 and -8.875 for a true -0.064, from terms
+whose magnitudes add to 155), and the division made the loss NaN at initialisation (qwen_70m's
+width, 2 x 256 tokens: every seed tried; issue 23). Even so its gradient at initialisation is
+ill-conditioned (rounding the weights to bf16 moves the fp32 gradient by over 100%;
+tests/test_bf16.py), a property of the formula, not of a dtype. A model cast to bf16 as a whole (the
+benchmarks and Tables 4.7/4.8's measurements time and size bf16 tensors) computes in bf16 as asked.
 
 Both have a parallel (training) form, linear in L (pairwise scores inside chunks, running states
 across chunks, no loop over tokens), and a recurrent ``step`` for decoding; tests check they agree.
@@ -25,7 +33,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from leanlm.modeling.mixers.base import MIXERS, MixerContext, ProjectedMixer, apply_rope, repeat_kv
+from leanlm.modeling.mixers.base import (MIXERS, MixerContext, ProjectedMixer, apply_rope,
+                                         autocast_enabled, autocast_off, repeat_kv)
 from leanlm.modeling.mixers.taylor import taylor_attention, taylor_step
 
 
@@ -171,7 +180,17 @@ class ApproximatePerTermAttention(LinearAttentionMixer):
         return x
 
     def terms(self, q, k, va, keep):
-        """(o_0 numerator/denominator, o_1 num|den, o_2 num|den) for the parallel form."""
+        """(o_0 numerator/denominator, o_1 num|den, o_2 num|den) for the parallel form; in float32
+        under autocast, where its GEMMs would run in bf16 (the module docstring says why not)."""
+        device = q.device.type
+        if not autocast_enabled(device):
+            return self._terms(q, k, va, keep)
+        at_least_32 = lambda t: t.to(torch.promote_types(t.dtype, torch.float32))  # noqa: E731
+        with autocast_off(device):
+            return self._terms(at_least_32(q), at_least_32(k), at_least_32(va),
+                               None if keep is None else at_least_32(keep))
+
+    def _terms(self, q, k, va, keep):
         ones = torch.ones_like(va[..., -1:]) if keep is None else keep
         first = causal_linear_attention(q, k, va, self.identity,
                                         lambda a, b: a @ b.transpose(-1, -2), self.chunk_size)

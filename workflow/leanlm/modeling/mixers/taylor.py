@@ -36,15 +36,30 @@ start of each group (not the tokens x features tensors, which it rebuilds group 
 activation memory is O(L d) plus one state per group, not O(L d_h^2), and no forward is recomputed.
 Per chunk it costs the forward's two state GEMMs twice (d/d features of q and k, d/d state and
 d/d v), plus the feature map's own backward (:func:`features_backward`).
+
+Dtypes: the kernel runs in one dtype, :func:`compute_dtype` (the state sums in float32 at least),
+with autocast off. Under bf16 autocast the mixer hands it q and k in float32 (RoPE's tables are
+float32, so it promotes the bf16 projections) and v in bf16; autocast then ran the forward's GEMMs
+in bf16 whatever their inputs, but the hand-written backward runs outside autocast, so a GEMM there
+met a bf16 and a float32 operand and failed ("expected scalar type Float but found BFloat16", issue
+23). :func:`taylor_attention` and :func:`taylor_step` therefore cast q, k, v to autocast's dtype
+(the precision autocast gives every other mixer's GEMMs) before the kernel, and the casts' own
+backward returns each input's gradient in that input's dtype. Without autocast the inputs' common
+dtype is used: float32 runs compute exactly what they did before. RoPE stays as it is: its float32
+tables follow the float32 residual stream under autocast (as Hugging Face's Qwen2 does), and every
+other mixer's GEMMs get bf16 operands from autocast anyway; the kernel is what had to agree.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
+
+from leanlm.modeling.mixers.base import autocast_enabled, autocast_off
 
 # Bytes one group's feature tensor may take: on CPUs one chunk per group (any budget below one
 # chunk's features), which measured fastest; elsewhere everything in one batched group.
@@ -52,6 +67,17 @@ GROUP_BYTES = {"cpu": 0, "default": 2**30}
 
 # sqrt(w) on the squares of x's entries (w = 1/2), on each side of phi(q) . phi(k).
 SQRT_HALF = math.sqrt(0.5)
+
+
+def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The one dtype the kernel computes in for these inputs: autocast's where autocast is on for
+    their device (what it would run each GEMM in; float64 inputs excepted, as autocast leaves them),
+    else the inputs' common dtype."""
+    common = functools.reduce(torch.promote_types, (t.dtype for t in tensors))
+    device = tensors[0].device.type
+    if common != torch.float64 and autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return common
 
 
 class Buffers:
@@ -319,7 +345,7 @@ class TaylorChunks(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, group, return_state):
         out, state, carries = _forward(q, k, v, group, return_state, keep_carries=True)
-        ctx.group = group
+        ctx.group, ctx.device_type = group, q.device.type
         ctx.save_for_backward(q, k, v, *carries[1:])
         ctx.set_materialize_grads(False)
         return (out, state) if return_state else out
@@ -327,6 +353,12 @@ class TaylorChunks(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dstate=None):
+        # In the saved tensors' dtype even when backward() is called inside an autocast region.
+        with autocast_off(ctx.device_type):
+            return TaylorChunks._backward(ctx, dout, dstate)
+
+    @staticmethod
+    def _backward(ctx, dout, dstate):
         q, k, v, *carries = ctx.saved_tensors
         carries = [None, *carries]
         rows, n, c, _ = q.shape
@@ -355,8 +387,15 @@ def taylor_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: i
     q, k (B, H, L, d_h), v (B, H, L, D) -> (B, H, L, D); a zero row of v contributes nothing (how
     padding is excluded; a last column of ones accumulates the normaliser). With ``return_state``
     also the state sum_j phi(k_j / d_h^(1/4)) v_j^T (B, H, F, D) over all L tokens (float32 at
-    least), which :func:`taylor_step` continues. Time and memory are linear in L.
+    least), which :func:`taylor_step` continues. Time and memory are linear in L. Computed in
+    :func:`compute_dtype` with autocast off (module docstring); the output is in that dtype.
     """
+    dtype = compute_dtype(q, k, v)
+    with autocast_off(q.device.type):
+        return _taylor_attention(q.to(dtype), k.to(dtype), v.to(dtype), chunk, return_state, group_bytes)
+
+
+def _taylor_attention(q, k, v, chunk, return_state, group_bytes):
     b, heads, length, d = q.shape
     scale = d ** -0.25
     q, k = q * scale, k * scale
@@ -383,9 +422,12 @@ def taylor_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The recurrent form, one token: q, k (B, H, 1, d_h), v (B, H, 1, D), state (B, H, F, D) or
     None (empty) -> (output (B, H, 1, D), new state; the given one is not modified). The same sums
-    as :func:`taylor_attention`."""
-    d = q.size(-1)
-    fk = taylor_features(k * d ** -0.25)
-    update = (fk.transpose(-1, -2) @ v).to(torch.promote_types(v.dtype, torch.float32))
-    state = update if state is None else state + update
-    return taylor_features(q * d ** -0.25) @ state.to(q.dtype), state
+    as :func:`taylor_attention`, in the same dtype."""
+    dtype = compute_dtype(q, k, v)
+    with autocast_off(q.device.type):
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        d = q.size(-1)
+        fk = taylor_features(k * d ** -0.25)
+        update = (fk.transpose(-1, -2) @ v).to(torch.promote_types(v.dtype, torch.float32))
+        state = update if state is None else state + update
+        return taylor_features(q * d ** -0.25) @ state.to(q.dtype), state
