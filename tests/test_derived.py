@@ -145,6 +145,8 @@ def test_prr_and_peop_direct_values():
 # --------------------------------------------------------------------------- helpers on the tidy table
 def _tidy(values: dict, tasks=("sst2", "cola"), seeds=(0, 1)) -> pd.DataFrame:
     """values[run][task][seed] = primary metric in 0..1; one extra non-primary row per result."""
+    from leanlm.data.tasks import get_task
+
     params = {"sha": 100, "mha": 300, "mhe_mul": 104}
     rows = []
     for run, per_task in values.items():
@@ -153,8 +155,11 @@ def _tidy(values: dict, tasks=("sst2", "cola"), seeds=(0, 1)) -> pd.DataFrame:
                 common = dict(profile="smoke", experiment="ch3_encoder", run=run, run_id=f"ch3_encoder-{run}",
                               family="glue", attention=run, task=task, seed=seed, params_total=10 * params[run],
                               params_attention=params[run], params_embedding=5)
-                rows.append({**common, "metric": "primary", "value": per_task[task][seed], "is_primary": True})
-                rows.append({**common, "metric": "other", "value": 0.0, "is_primary": False})
+                # each task's real primary metric (sst2: accuracy, cola: matthews), as aggregation writes it
+                primary = get_task(task).primary_metric
+                rows.append({**common, "metric": primary, "value": per_task[task][seed], "is_primary": True})
+                other = next(m for m in get_task(task).metrics if m != primary) if len(get_task(task).metrics) > 1 else "f1"
+                rows.append({**common, "metric": other, "value": 0.0, "is_primary": False})
     return pd.DataFrame(rows)
 
 

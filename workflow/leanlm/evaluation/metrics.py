@@ -10,12 +10,13 @@ leaderboard computes. Values are fractions (0..1) or correlations (-1..1); table
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from leanlm.errors import DataError
+from leanlm.errors import ConfigError, DataError
 from leanlm.registry import Registry
 
 def skm():
@@ -117,8 +118,25 @@ def compute_all(names: Iterable[str], predictions: Sequence, references: Sequenc
 METRIC_MODULES = ("leanlm.evaluation.squad", "leanlm.evaluation.superglue_metrics",
                   "leanlm.evaluation.bleu", "leanlm.evaluation.perplexity",
                   "leanlm.evaluation.lm_eval_metrics")
-# Metrics where lower is better (PRR/PEoP use the inverse formulas, tables bold the minimum).
-LOWER_IS_BETTER = {"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"}
+# The direction of every metric a table or a claim can name, declared here and nowhere else. Lower is
+# better: PRR/PEoP use the inverse formulas, tables bold the minimum, claims turn "better" into "lower",
+# and the value is printed as it is (not x 100). An undeclared metric is an error (:func:`lower_is_better`):
+# a default direction once read "perplexity_ctx128" as higher-is-better and flipped a claim's 12 parts.
+LOWER_IS_BETTER = frozenset({"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"})
+HIGHER_IS_BETTER = frozenset({"acc", "acc_norm", "accuracy", "f1", "macro_f1", "f1a", "matthews", "pearson",
+                              "spearman", "squad_f1", "squad_em", "group_em", "bleu"})
+# Families of metrics named with a number: the analysis runner's perplexity at each context length.
+LOWER_IS_BETTER_PATTERN = re.compile(r"^perplexity_ctx\d+$")
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether lower values of ``metric`` are better; ConfigError for a metric with no declared direction."""
+    if metric in LOWER_IS_BETTER or LOWER_IS_BETTER_PATTERN.match(metric):
+        return True
+    if metric in HIGHER_IS_BETTER:
+        return False
+    raise ConfigError(f"metric {metric!r} has no declared direction: add it to HIGHER_IS_BETTER or LOWER_IS_BETTER "
+                      f"in leanlm/evaluation/metrics.py before a table or claim compares it")
 
 
 def import_metric_modules() -> None:

@@ -59,11 +59,12 @@ def peop(score, score_sha, params, params_sha, inverse: bool = False):
 
 
 def lower_is_better(metric: str) -> bool:
-    """Whether lower values of ``metric`` are better (perplexity): PRR/PEoP then take the inverse forms."""
+    """Whether lower values of ``metric`` are better (perplexity): PRR/PEoP then take the inverse forms.
+    The directions are declared in :mod:`leanlm.evaluation.metrics`; an undeclared metric is a ConfigError."""
     # Imported here: the metrics module pulls in scikit-learn, which derived's users rarely need.
-    from leanlm.evaluation.metrics import LOWER_IS_BETTER
+    from leanlm.evaluation.metrics import lower_is_better as declared
 
-    return metric in LOWER_IS_BETTER
+    return declared(metric)
 
 
 def display_scale(metric: str) -> float:
