@@ -44,21 +44,17 @@ def test_lm_eval_samples_reproduce_lm_eval_scores(tokenizer, tmp_path, offline_d
     rows = [{"query": "the cat sat on the", "choices": ["mat", "dog", "sky"], "label": 0},
             {"query": "a dog ran in the", "choices": ["park", "sun"], "label": 0},
             {"query": "the sky is", "choices": ["hot", "blue"], "label": 1}]
-    write_task(tmp_path, "tiny_choice", rows, output_type="multiple_choice", doc_to_text="{{query}}",
-               doc_to_choice="choices", doc_to_target="label",
-               metric_list=[{"metric": "acc", "aggregation": "mean", "higher_is_better": True}])
-    write_task(tmp_path, "tiny_pages", [{"page": t} for t in TEXTS], output_type="loglikelihood_rolling",
-               doc_to_text="", doc_to_target="{{page}}",
-               metric_list=[{"metric": "word_perplexity", "aggregation": "weighted_perplexity", "higher_is_better": False}])
+    write_task(tmp_path, "leanlm_tiny_choice", rows, "multiple_choice")  # as the tasks stage writes stand-ins
+    write_task(tmp_path, "leanlm_wikitext", [{"page": t} for t in TEXTS], "loglikelihood_rolling")
     samples: dict = {}
-    results = run_lm_eval(make_model(tokenizer), tokenizer, ["tiny_choice", "tiny_pages"], str(tmp_path),
+    results = run_lm_eval(make_model(tokenizer), tokenizer, ["leanlm_tiny_choice", "leanlm_wikitext"], str(tmp_path),
                           batch_size=4, bootstrap_iters=0, samples=samples)
-    choice = per_example.lm_eval(samples["tiny_choice"])
+    choice = per_example.lm_eval(samples["leanlm_tiny_choice"])
     assert len(choice["data"]["acc"]) == len(rows)
-    assert observed(choice, "acc") == pytest.approx(results["tiny_choice"]["acc"])
-    pages = per_example.lm_eval(samples["tiny_pages"])
+    assert observed(choice, "acc") == pytest.approx(results["leanlm_tiny_choice"]["acc"])
+    pages = per_example.lm_eval(samples["leanlm_wikitext"])
     assert pages["data"]["words"] == [len(t.split()) for t in TEXTS]
-    assert observed(pages, "word_perplexity") == pytest.approx(results["tiny_pages"]["word_perplexity"], rel=1e-5)
+    assert observed(pages, "word_perplexity") == pytest.approx(results["leanlm_wikitext"]["word_perplexity"], rel=1e-5)
 
 
 def test_span_qa_record_reproduces_squad_scores():
