@@ -100,12 +100,14 @@ def _predictions(spec, rate: float, shared: np.ndarray, rng) -> tuple[list, list
     return list(map(int, ref)), list(map(int, np.where(u < rate, ref, wrong)))
 
 
-def _write_run(root: Path, run_id: str, rate: float, seeds=(0,), family: str = "glue", tasks=None):
-    """A family results JSON as leanlm.training.finetune writes it, per-example data included."""
+def _write_run(root: Path, config: dict, run_id: str, rate: float, seeds=(0,), family: str = "glue", tasks=None):
+    """A family results JSON of ``config``'s profile as leanlm.training.finetune writes it: the settings it
+    was made with (the claims check them against the profile) and per-example data included."""
     from leanlm.data.tasks import get_task
     from leanlm.evaluation import per_example
     from leanlm.evaluation.metrics import compute_all
     from leanlm.io import write_json
+    from leanlm.runs import finetune_seeds, finetune_settings, get_run
 
     results = []
     for seed in seeds:
@@ -118,9 +120,12 @@ def _write_run(root: Path, run_id: str, rate: float, seeds=(0,), family: str = "
             results.append({"task": task, "seed": seed, "metrics": metrics, "primary_metric": spec.primary_metric,
                             "primary": metrics[spec.primary_metric],
                             "per_example": per_example.classification(pred, ref, spec.metrics)})
-    experiment, run = run_id.split("-", 1)
-    write_json(root / "results" / "smoke" / "runs" / run_id / f"{family}.json",
-               {"profile": "smoke", "experiment": experiment, "run": run, "run_id": run_id, "family": family,
+    run = get_run(config, run_id)
+    write_json(root / "results" / config["profile"] / "runs" / run_id / f"{family}.json",
+               {"profile": config["profile"], "experiment": run.experiment, "run": run.name, "run_id": run_id,
+                "family": family, "evaluate_from": run.evaluate_from, "skip_simple_layers": run.skip_simple_layers,
+                "model": dict(run.model), "finetune": finetune_settings(config, run, family),
+                "seeds": finetune_seeds(config, run, family),
                 "parameters": {"total": 1000, "attention": 100, "embedding": 10}, "results": results})
 
 
@@ -130,9 +135,9 @@ def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_roo
 
     config = load_config(scratch_root / "params" / "smoke.yaml")
     tasks = config["finetune"]["glue"]["tasks"]
-    _write_run(scratch_root, "ch2_hashformers-lsh_pool", 0.85, tasks=tasks)
-    _write_run(scratch_root, "ch2_hashformers-md5_pool", 0.60, tasks=tasks)
-    _write_run(scratch_root, "ch2_hashformers-md5_add", 0.85, tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-lsh_pool", 0.85, tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-md5_pool", 0.60, tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-md5_add", 0.85, tasks=tasks)
     path = _write_claims(scratch_root, [
         {**BASE, "id": "ch2_clear_win", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]]},
         {**BASE, "id": "ch2_clear_loss", "pairs": [["ch2_hashformers-md5_pool", "ch2_hashformers-lsh_pool"]]},
@@ -182,7 +187,7 @@ def test_seed_level_fallback_when_no_per_example_data(scratch_root):
     config = load_config(scratch_root / "params" / "smoke.yaml")
     tasks = config["finetune"]["glue"]["tasks"]
     for run_id, rate in (("ch2_hashformers-lsh_proj", 0.80), ("ch2_hashformers-md5_proj", 0.70)):
-        _write_run(scratch_root, run_id, rate, seeds=(0, 1), tasks=tasks)
+        _write_run(scratch_root, config, run_id, rate, seeds=(0, 1), tasks=tasks)
         path = scratch_root / "results" / "smoke" / "runs" / run_id / "glue.json"
         doc = json.loads(path.read_text())
         for r in doc["results"]:
@@ -206,11 +211,7 @@ def test_a_family_the_subset_leaves_out_is_not_run_even_with_results_on_disk(scr
     config = load_config(signal, subset="cpu")
     tasks = config["finetune"]["glue"]["tasks"]
     for run_id, rate in (("ch3_decoder-mhe_mul", 0.85), ("ch3_decoder-sha", 0.55)):
-        _write_run(scratch_root, run_id, rate, tasks=tasks)
-        old = scratch_root / "results" / "smoke" / "runs" / run_id / "glue.json"
-        new = scratch_root / "results" / "signal" / "runs" / run_id / "glue.json"
-        new.parent.mkdir(parents=True)
-        old.rename(new)
+        _write_run(scratch_root, config, run_id, rate, tasks=tasks)
     path = _write_claims(scratch_root, [
         {**BASE, "id": "ch3_glue_left_out", "chapter": 3, "pairs": [["ch3_decoder-mhe_mul", "ch3_decoder-sha"]]}])
     (result,) = evaluate_all(config, draws=200, claims_file=path)

@@ -88,14 +88,15 @@ def cmd_finetune(args) -> None:
 def cmd_aggregate(args) -> None:
     from leanlm.reporting.aggregate import main
 
-    main(_config(args)["profile"])
+    config = _config(args)
+    main(config["profile"], config)  # each record checked against the profile's settings
 
 
 def cmd_render(args) -> None:
     from leanlm.reporting.render import render_table
 
     config = _config(args)
-    for path in render_table(config["profile"], args.table, config):
+    for path in render_table(config["profile"], args.table, config, verify_settings=True):
         print(path)
 
 

@@ -38,11 +38,13 @@ def _region(low: float, high: float) -> str:
 
 
 def evaluate_all(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Path | None = None) -> list[ClaimResult]:
+    from leanlm.claims.results import Results
     from leanlm.runs import runs
 
     # each run with the fine-tuning families it runs (a subset may leave some out: signal's cpu, ch3_decoder)
     profile_runs = {run.run_id: frozenset(run.finetune) for run in runs(config)}
-    return [evaluate_claim(claim, config["profile"], config, profile_runs, draws=draws)
+    reader = Results(config)  # every record checked once, before any claim uses it (leanlm.claims.results)
+    return [evaluate_claim(claim, config["profile"], config, profile_runs, draws=draws, reader=reader)
             for claim in load_claims(claims_file)]
 
 

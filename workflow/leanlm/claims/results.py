@@ -8,45 +8,50 @@ Per-example data lives in each (task, seed) result of a family's results JSON as
 ``statistics`` says which function of which fields gives each metric (leanlm.claims.stats.STATISTICS:
 ``mean`` of a score, ``perplexity`` from negative log-likelihoods and units, or a metric recomputed
 from ``prediction`` and ``reference``). A metric it does not list is resampled at the seed level only.
+
+A claim's interval resamples the per-example data while its A and B are the stored metrics, so the two
+must say the same thing (issue 24). Before a claim uses a record, :class:`Results` refuses, with a
+DataError naming the file, task and seed:
+
+- a record not of this profile, run and family, or not made with the profile's settings
+  (:class:`leanlm.record_settings.RecordChecker`);
+- a metric that is not a finite number;
+- per-example data that is not numbers, or whose fields differ in length;
+- per-example data that does not give back the stored metric when the evaluation's own metric function
+  recomputes it (:func:`leanlm.evaluation.per_example.recompute`), within :data:`RELATIVE_TOLERANCE`.
+
+Not recomputable from what is stored, and said so in :func:`_per_example_target`: a metric with no
+per-example statistic (MultiRC's grouped F1a/EM, lm-eval's bits per byte, the attention indicators),
+whose stored value is used as is, at the seed level; and translation's BLEU, the mean over the last
+epochs' checkpoints, of which only the last checkpoint's sentences are kept: its per-example data is
+checked against that checkpoint's BLEU.
 """
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
+import math
 from pathlib import Path
 
 import numpy as np
 
 from leanlm import paths
 from leanlm.claims.stats import FIELDS, PAIR_FIELDS, STATISTICS, Measurement, SeedScores
-from leanlm.errors import LeanLMError
+from leanlm.errors import DataError, LeanLMError
+from leanlm.record_settings import RecordChecker, read_record
+
+# A stored metric and its recomputation from the per-example data are float64 functions of the same
+# stored numbers (the data is written unrounded), differing only in summation order (NumPy against
+# scikit-learn, SciPy, sacrebleu or lm-eval): about 1e-12 relative over the largest evaluation sets, and
+# perplexity's exp turns an error in the mean NLL into the same relative error. One edited example moves
+# a metric by about 1/n of its range, so 1e-6 still catches a single edit in a set of a million examples.
+RELATIVE_TOLERANCE = 1e-6
+# Beside it, an absolute floor for metrics at or near 0 (a correlation or an F1 of 0), where a relative
+# tolerance alone would demand more than floating point gives.
+ABSOLUTE_TOLERANCE = 1e-9
 
 
 class Missing(Exception):
     """A result the claim needs is absent at this profile (the reason is the message)."""
-
-
-@lru_cache(maxsize=512)
-def _read(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise LeanLMError(f"{path}: not a readable results JSON ({exc}); delete it and rerun its job") from None
-
-
-def family_record(profile: str, run_id: str, family: str) -> dict:
-    path = paths.results_dir(profile) / "runs" / run_id / f"{family}.json"
-    if not path.is_file():
-        raise Missing(f"no results of {run_id} on {family} ({path})")
-    return _read(path)
-
-
-def task_results(profile: str, run_id: str, family: str, task: str) -> list[dict]:
-    results = [r for r in family_record(profile, run_id, family).get("results", []) if r.get("task") == task]
-    if not results:
-        raise Missing(f"{run_id} has no {task} results in its {family} record")
-    return sorted(results, key=lambda r: r["seed"])
 
 
 def resolve_metric(results: list[dict], metric: str, task: str) -> str:
@@ -64,67 +69,150 @@ def resolve_metric(results: list[dict], metric: str, task: str) -> str:
     return metric
 
 
-def _seed_scores(result: dict, metric: str, eval_set: str, where: str) -> SeedScores:
-    if metric not in result.get("metrics", {}):
-        raise Missing(f"{where} has no metric {metric}")
-    value = float(result["metrics"][metric])
-    per_example = result.get("per_example") or {}
-    spec = (per_example.get("statistics") or {}).get(metric)
-    if not spec:
-        return SeedScores(seed=int(result["seed"]), value=value, eval_set=eval_set)
-    statistic, roles = spec
-    if statistic not in STATISTICS:
-        raise LeanLMError(f"{where}: per_example statistic {statistic!r} of {metric} is unknown")
+def _finite(value, what: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DataError(
+            f"{where}: {what} = {value!r} is not a finite number (a failed evaluation, or an edited or damaged "
+            "file); find the cause in the job's log and rerun the job")
+    return float(value)
+
+
+def _examples(per_example: dict, statistic: str, roles: dict, metric: str, where: str) -> dict[str, np.ndarray]:
+    """The per-example arrays of ``metric`` by role: numbers, one per example in every field."""
     data = per_example.get("data") or {}
-    need = FIELDS.get(statistic, PAIR_FIELDS)
-    try:
-        examples = {role: np.asarray(data[roles.get(role, role)]) for role in need}
-    except KeyError as err:
-        raise LeanLMError(f"{where}: per_example of {metric} names field {err} that its data lacks") from None
-    return SeedScores(seed=int(result["seed"]), value=value, statistic=statistic, examples=examples, eval_set=eval_set)
+    fields = {role: roles.get(role, role) for role in FIELDS.get(statistic, PAIR_FIELDS)}
+    missing = sorted(f for f in fields.values() if f not in data)
+    if missing:
+        raise DataError(f"{where}: per_example of {metric} names field(s) {missing} that its data lacks; the file "
+                        "was edited or damaged: rerun its job")
+    examples = {}
+    for role, name in fields.items():
+        values = np.asarray(data[name]) if isinstance(data[name], list) else np.asarray([data[name]], dtype=object)
+        if values.ndim != 1 or values.dtype.kind not in "biuf":
+            raise DataError(f"{where}: per_example field {name!r} of {metric} is not a list of numbers (one per "
+                            "example); the file was edited or damaged: rerun its job")
+        examples[role] = values
+    lengths = {name: len(examples[role]) for role, name in fields.items()}
+    if len(set(lengths.values())) != 1 or 0 in lengths.values():
+        listed = ", ".join(f"{name} {n}" for name, n in lengths.items())
+        raise DataError(f"{where}: the per-example fields of {metric} must hold one entry per evaluation example "
+                        f"each, but hold {listed}; the file was cut or edited: rerun its job")
+    return examples
 
 
-def measurement(profile: str, run_id: str, family: str, task: str, metric: str) -> tuple[Measurement, str]:
-    """The run's score on one task (every seed; per-example data where kept) and the metric resolved."""
-    results = task_results(profile, run_id, family, task)
-    name = resolve_metric(results, metric, task)
-    where = f"results/{profile}/runs/{run_id}/{family}.json task {task}"
-    seeds = tuple(_seed_scores(r, name, f"{family}/{task}", f"{where} seed {r['seed']}") for r in results)
-    return Measurement(seeds), name
+def _per_example_target(result: dict, metric: str, value: float) -> tuple[float, str]:
+    """The stored value the per-example data must give back, and what it is. That is the metric itself,
+    except where the record keeps the data of one part of an average: translation's BLEU is the mean over
+    the last epochs' checkpoints (``checkpoints``), but only the last checkpoint's sentences are kept, so
+    they are checked against that checkpoint's BLEU (the mean itself cannot be recomputed from them)."""
+    checkpoints = result.get("checkpoints")
+    if isinstance(checkpoints, list) and checkpoints and isinstance(checkpoints[-1], dict) and metric in checkpoints[-1]:
+        return checkpoints[-1][metric], f"the last checkpoint's {metric} (of its checkpoints)"
+    return value, f"its stored {metric}"
 
 
-def attention_parameters(profile: str, run_id: str, family: str) -> int:
-    """The attention parameter count the thesis uses for PEoP (Table 3.1's #params)."""
-    return int(family_record(profile, run_id, family)["parameters"]["attention"])
+class Results:
+    """A profile's results as the claims read them, each record checked once (see the module docstring)."""
 
+    def __init__(self, config: dict):
+        self.config = config
+        self.profile = config["profile"]
+        self.params_file = config.get("_params_file", f"params/{self.profile}.yaml")
+        self.checker = RecordChecker(config)
+        self._records: dict[Path, dict] = {}
 
-def baseline_value(profile: str, which: str, task: str, metric: str) -> float:
-    """Ch. 4's Rnd. Guess / Majority row of a task (results/<profile>/baselines/lm_eval.json)."""
-    path = paths.results_dir(profile) / "baselines" / "lm_eval.json"
-    if not path.is_file():
-        raise Missing(f"no baseline rows ({path}); the profile runs no lm_eval family")
-    row = (_read(path).get("tasks") or {}).get(task)
-    if row is None:
-        raise Missing(f"no baseline row for task {task} in {path}")
-    values = row.get(which) or {}
-    if metric not in values:
-        raise Missing(f"{task} has no {which.replace('_', ' ')} row for {metric} (the thesis prints none)")
-    return float(values[metric])
+    def _path(self, run_id: str, name: str) -> Path:
+        return paths.results_dir(self.profile) / "runs" / run_id / f"{name}.json"
 
+    def family_record(self, run_id: str, family: str) -> dict:
+        path = self._path(run_id, family)
+        if path not in self._records:
+            if not path.is_file():
+                raise Missing(f"no results of {run_id} on {family} ({path})")
+            doc = read_record(path)
+            self.checker.family(doc, path)  # of this profile, run and family, made with its settings
+            self._records[path] = doc
+        return self._records[path]
 
-def pretraining_time(profile: str, run_id: str) -> Measurement:
-    """Pretraining seconds per sample (Table 2.3) as one measurement: per-step times where recorded
-    (resampled over steps), else the single value (no interval)."""
-    path = paths.results_dir(profile) / "runs" / run_id / "pretrain.json"
-    if not path.is_file():
-        raise Missing(f"no pretraining record of {run_id} ({path})")
-    timing = _read(path).get("timing") or {}
-    value = timing.get("seconds_per_sample")
-    if value is None:
-        raise Missing(f"{path}: no seconds_per_sample (fewer than two steps were timed)")
-    steps, per_step = timing.get("step_seconds"), timing.get("samples_per_step")
-    if steps and per_step:
-        per_sample = np.asarray(steps, dtype=float) / float(per_step)
-        return Measurement((SeedScores(seed=0, value=float(value), statistic="mean",
-                                       examples={"score": per_sample}, eval_set=f"pretrain-steps/{run_id}"),))
-    return Measurement((SeedScores(seed=0, value=float(value)),))
+    def task_results(self, run_id: str, family: str, task: str) -> list[dict]:
+        results = [r for r in self.family_record(run_id, family).get("results", []) if r.get("task") == task]
+        if not results:
+            raise Missing(f"{run_id} has no {task} results in its {family} record")
+        return sorted(results, key=lambda r: r["seed"])
+
+    def _seed_scores(self, result: dict, metric: str, eval_set: str, where: str, rerun: str) -> SeedScores:
+        if metric not in result.get("metrics", {}):
+            raise Missing(f"{where} has no metric {metric}")
+        value = _finite(result["metrics"][metric], f"metric {metric}", where)
+        per_example = result.get("per_example") or {}
+        spec = (per_example.get("statistics") or {}).get(metric)
+        if not spec:
+            # Not recomputable: nothing stored determines this metric, so the stored value is used as is
+            # and resampled at the seed level only.
+            return SeedScores(seed=int(result["seed"]), value=value, eval_set=eval_set)
+        statistic, roles = spec
+        if statistic not in STATISTICS:
+            raise LeanLMError(f"{where}: per_example statistic {statistic!r} of {metric} is unknown")
+        examples = _examples(per_example, statistic, roles, metric, where)
+        target, what = _per_example_target(result, metric, value)
+        target = _finite(target, what, where)
+        from leanlm.evaluation.per_example import recompute
+
+        recomputed = recompute(statistic, examples)
+        if not math.isclose(recomputed, target, rel_tol=RELATIVE_TOLERANCE, abs_tol=ABSOLUTE_TOLERANCE):
+            raise DataError(
+                f"{where}: {metric} recomputed from its per-example data is {recomputed!r}, but {what} is {target!r}: "
+                f"the data or the metric was changed after its job wrote them, so a claim would resample data that "
+                f"says something else than the metric it compares. Rerun the job ({rerun})")
+        return SeedScores(seed=int(result["seed"]), value=value, statistic=statistic, examples=examples,
+                          eval_set=eval_set)
+
+    def measurement(self, run_id: str, family: str, task: str, metric: str) -> tuple[Measurement, str]:
+        """The run's score on one task (every seed; per-example data where kept) and the metric resolved."""
+        results = self.task_results(run_id, family, task)
+        name = resolve_metric(results, metric, task)
+        where = f"{self._path(run_id, family)} task {task}"
+        rerun = (f"`leanlm finetune --params {self.params_file} --run {run_id} --family {family}`, or delete the file "
+                 "and run snakemake")
+        seeds = tuple(self._seed_scores(r, name, f"{family}/{task}", f"{where} seed {r['seed']}", rerun)
+                      for r in results)
+        return Measurement(seeds), name
+
+    def attention_parameters(self, run_id: str, family: str) -> int:
+        """The attention parameter count the thesis uses for PEoP (Table 3.1's #params)."""
+        return int(self.family_record(run_id, family)["parameters"]["attention"])
+
+    def baseline_value(self, which: str, task: str, metric: str) -> float:
+        """Ch. 4's Rnd. Guess / Majority row of a task (results/<profile>/baselines/lm_eval.json)."""
+        path = paths.results_dir(self.profile) / "baselines" / "lm_eval.json"
+        if not path.is_file():
+            raise Missing(f"no baseline rows ({path}); the profile runs no lm_eval family")
+        doc = read_record(path)
+        self.checker.check_profile(doc, path)  # aggregation writes it from this profile's runs
+        row = (doc.get("tasks") or {}).get(task)
+        if row is None:
+            raise Missing(f"no baseline row for task {task} in {path}")
+        values = row.get(which) or {}
+        if metric not in values:
+            raise Missing(f"{task} has no {which.replace('_', ' ')} row for {metric} (the thesis prints none)")
+        return _finite(values[metric], f"{which} {metric}", f"{path} task {task}")
+
+    def pretraining_time(self, run_id: str) -> Measurement:
+        """Pretraining seconds per sample (Table 2.3) as one measurement: per-step times where recorded
+        (resampled over steps), else the single value (no interval)."""
+        path = self._path(run_id, "pretrain")
+        run = self.checker.runs.get(run_id)
+        record = self.checker.pretraining(run) if run is not None else None
+        if record is None:
+            raise Missing(f"no pretraining record of {run_id} ({path})")
+        timing = record.get("timing") or {}
+        value = timing.get("seconds_per_sample")
+        if value is None:
+            raise Missing(f"{path}: no seconds_per_sample (fewer than two steps were timed)")
+        value = _finite(value, "timing.seconds_per_sample", str(path))
+        steps, per_step = timing.get("step_seconds"), timing.get("samples_per_step")
+        if steps and per_step:
+            per_sample = np.asarray(steps, dtype=float) / float(per_step)
+            return Measurement((SeedScores(seed=0, value=value, statistic="mean",
+                                           examples={"score": per_sample}, eval_set=f"pretrain-steps/{run_id}"),))
+        return Measurement((SeedScores(seed=0, value=value),))

@@ -52,8 +52,8 @@ class ClaimResult:
 class _Sides:
     """Builds a part's measurements and the vectorised function from their draws to each side."""
 
-    def __init__(self, profile: str, config: dict, part: Part, tasks: list[str]):
-        self.profile, self.config, self.part, self.tasks = profile, config, part, tasks
+    def __init__(self, results: res.Results, part: Part, tasks: list[str]):
+        self.results, self.part, self.tasks = results, part, tasks
         self.measurements: dict[str, Measurement] = {}
 
     def _run_score(self, run_id: str, family: str, metric: str):
@@ -61,7 +61,7 @@ class _Sides:
         metric's direction."""
         keys, directions = [], set()
         for task in self.tasks:
-            m, name = res.measurement(self.profile, run_id, family, task, metric)
+            m, name = self.results.measurement(run_id, family, task, metric)
             key = f"{run_id}|{family}|{task}|{name}"
             self.measurements[key] = m
             keys.append((key, display_scale(name)))
@@ -80,18 +80,18 @@ class _Sides:
             return (lambda d: np.asarray(prr(fa(d), fb(d), inverse=lower), dtype=float)), False
         if side.kind == "peop":
             (fa, lower), (fb, _) = self._run_score(side.runs[0], family, metric), self._run_score(side.runs[1], family, metric)
-            pa = res.attention_parameters(self.profile, side.runs[0], family)
-            pb = res.attention_parameters(self.profile, side.runs[1], family)
+            pa = self.results.attention_parameters(side.runs[0], family)
+            pb = self.results.attention_parameters(side.runs[1], family)
             return (lambda d: np.asarray(peop(fa(d), fb(d), pa, pb, inverse=lower), dtype=float)), False
         if side.kind == "timing":
             key = f"{side.runs[0]}|pretrain"
-            self.measurements[key] = res.pretraining_time(self.profile, side.runs[0])
+            self.measurements[key] = self.results.pretraining_time(side.runs[0])
             return (lambda d: d[key] * 1000.0), True  # ms per sample, lower is better
         values, lowers = [], set()
         for task in self.tasks:
-            results = res.task_results(self.profile, self._any_run(), family, task)
+            results = self.results.task_results(self._any_run(), family, task)
             name = res.resolve_metric(results, metric, task)
-            values.append(res.baseline_value(self.profile, side.baseline, task, name) * display_scale(name))
+            values.append(self.results.baseline_value(side.baseline, task, name) * display_scale(name))
             lowers.add(lower_is_better(name))
         constant = float(np.mean(values))
         return (lambda d: np.full(len(next(iter(d.values()))), constant)), lowers.pop()
@@ -143,8 +143,10 @@ def _families_not_run(part: Part, profile_runs: Mapping[str, frozenset[str]] | s
 
 
 def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
-                  tasks: list[str] | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0) -> PartResult:
-    """``profile_runs``: the profile's runs, each with the fine-tuning families it runs (or a set of ids)."""
+                  tasks: list[str] | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0,
+                  results: res.Results | None = None) -> PartResult:
+    """``profile_runs``: the profile's runs, each with the fine-tuning families it runs (or a set of ids);
+    ``results``: the profile's results reader (one per evaluation, so each record is checked once)."""
     label = f"{part.a.label} vs {part.b.label}" + (f" on {part.family}" if part.family != "pretrain" else "")
     absent = sorted(r for side in (part.a, part.b) for r in side.runs if r not in profile_runs)
     if absent:
@@ -156,7 +158,7 @@ def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[
         return PartResult(part, label, NOT_RUN, reason=f"not run at this profile{subset}: {', '.join(unrun)}")
     try:
         tasks = tasks if tasks is not None else part_tasks(part, config)
-        sides = _Sides(profile, config, part, tasks)
+        sides = _Sides(results if results is not None else res.Results(config), part, tasks)
         fa, lower_a = sides.side(part.a)
         fb, lower_b = sides.side(part.b)
     except res.Missing as why:
@@ -171,7 +173,8 @@ def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[
 
 
 def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
-                   draws: int = DEFAULT_DRAWS) -> ClaimResult:
+                   draws: int = DEFAULT_DRAWS, reader: res.Results | None = None) -> ClaimResult:
+    reader = reader if reader is not None else res.Results(config)
     results = []
     for i, part in enumerate(claim.parts):
         if part.tasks == "each":
@@ -181,11 +184,11 @@ def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mappi
                 results.append(PartResult(part, f"{part.a.label} vs {part.b.label}", NOT_RUN, reason=str(why)))
                 continue
             for task in tasks:
-                r = evaluate_part(part, profile, config, profile_runs, [task], draws=draws, seed=i)
+                r = evaluate_part(part, profile, config, profile_runs, [task], draws=draws, seed=i, results=reader)
                 r.label += f" [{task}]"
                 results.append(r)
         else:
-            results.append(evaluate_part(part, profile, config, profile_runs, draws=draws, seed=i))
+            results.append(evaluate_part(part, profile, config, profile_runs, draws=draws, seed=i, results=reader))
     outcome = combine([r.verdict for r in results], claim.quantifier)
     if outcome == NOT_RUN and not results:
         outcome = INCONCLUSIVE

@@ -3,27 +3,36 @@
 One row per (run, task family, task, seed, metric), so every table of the thesis is a filter and a
 group-by of the same frame. Fine-tuning jobs write results/<profile>/runs/<run_id>/<family>.json;
 pretraining summaries (pretrain.json) hold no task metrics and are skipped here.
+
+A metric must be a finite number: a NaN left in the frame would silently drop out of every mean (GLUE's
+average over the other tasks, PRR and PEoP with it), so one is refused, naming the file, task and seed.
+Given the profile (``config``: the CLI always gives it), each record must also have been made with the
+settings the profile gives now (:class:`leanlm.record_settings.RecordChecker`), and column
+``settings_hash`` fingerprints them, so that ``leanlm render`` can tell a table aggregated under other
+settings; without a profile the column is empty.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from leanlm import paths
-from leanlm.errors import LeanLMError
+from leanlm.errors import DataError, LeanLMError
 from leanlm.io import atomic_path
+from leanlm.record_settings import RecordChecker, read_record
 
 log = logging.getLogger(__name__)
 
 COLUMNS = [
     "profile", "experiment", "run", "run_id", "family", "backbone", "attention", "embedding", "layout",
     "n_layers", "n_decoder_layers", "d_model", "n_heads", "head_dim", "task", "seed", "metric", "value",
-    "is_primary", "params_total", "params_attention", "params_embedding",
+    "is_primary", "params_total", "params_attention", "params_embedding", "settings_hash",
 ]
 # Model settings copied into every row (tables group and label by them); defaults for old files.
 MODEL_COLUMNS = {"backbone": "bert", "embedding": "standard", "layout": "uniform", "n_layers": 0,
@@ -48,19 +57,38 @@ def _attention_name(model: dict, path: Path) -> str:
     return str(attention)
 
 
-def rows_from_file(path: Path, profile: str) -> list[dict]:
-    """The tidy rows of one fine-tuning results JSON (see the module docstring for the layout)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LeanLMError(f"{path}: not a readable results JSON ({exc}); delete it and rerun its job") from None
-    if not isinstance(doc, dict):
-        raise LeanLMError(f"{path}: results JSON must be an object, got {type(doc).__name__}")
+def _integer(value: Any, key: str, path: Path) -> int:
+    # JSON has one number type: 3.0 is an integer, True (a bool is an int to Python) and "3" are not.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+        raise DataError(f"{path}: key {key} = {value!r} is not an integer; the file was edited or damaged: "
+                        "delete it and rerun the job that wrote it")
+    return int(value)
+
+
+def _metric(value: Any, where: str, path: Path) -> float:
+    """A metric's value: a finite number, or a DataError naming the file, task, seed and metric."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(f"{path}: {where} = {value!r} is not a number; the file was edited or damaged (every "
+                        "runner writes numbers): delete it and rerun the job that wrote it")
+    if not math.isfinite(value):
+        raise DataError(
+            f"{path}: {where} = {value!r} is not a finite number: its evaluation failed (a model that diverged, "
+            "or a task with nothing to score), and averaged it would silently drop out of every mean. Find the "
+            f"cause in the job's log (logs/{path.parents[2].name}/finetune/{path.parent.name}/{path.stem}.log) and "
+            "rerun the job")
+    return float(value)
+
+
+def rows_from_file(path: Path, profile: str, checker: RecordChecker | None = None) -> list[dict]:
+    """The tidy rows of one fine-tuning results JSON (see the module docstring for the layout); with
+    ``checker``, the record is first checked against its profile's settings."""
+    doc = read_record(path)
     if doc.get("profile", profile) != profile:
         raise LeanLMError(
             f"{path}: written by profile {doc['profile']!r} but found under results/{profile}/; "
             "results of different profiles must not be mixed"
         )
+    settings = checker.family(doc, path) if checker is not None else ""
     params = _require(doc, "parameters", "", path)
     model = _require(doc, "model", "", path)
     base = {
@@ -71,9 +99,10 @@ def rows_from_file(path: Path, profile: str) -> list[dict]:
         "run_id": _require(doc, "run_id", "", path),
         "family": _require(doc, "family", "", path),
         "attention": _attention_name(model, path),
-        "params_total": int(_require(params, "total", "parameters.", path)),
-        "params_attention": int(_require(params, "attention", "parameters.", path)),
-        "params_embedding": int(_require(params, "embedding", "parameters.", path)),
+        "params_total": _integer(_require(params, "total", "parameters.", path), "parameters.total", path),
+        "params_attention": _integer(_require(params, "attention", "parameters.", path), "parameters.attention", path),
+        "params_embedding": _integer(_require(params, "embedding", "parameters.", path), "parameters.embedding", path),
+        "settings_hash": settings,
     }
     results = _require(doc, "results", "", path)
     if not isinstance(results, list) or not results:
@@ -83,16 +112,21 @@ def rows_from_file(path: Path, profile: str) -> list[dict]:
         where = f"results[{i}]."
         metrics = _require(result, "metrics", where, path)
         primary = _require(result, "primary_metric", where, path)
+        if not isinstance(metrics, dict):
+            raise DataError(f"{path}: {where}metrics must be an object of metric: value, got {metrics!r:.80}; "
+                            "the file was edited or damaged: delete it and rerun the job that wrote it")
         if primary not in metrics:
             raise LeanLMError(f"{path}: {where}primary_metric {primary!r} is not among its metrics {sorted(metrics)}")
+        task = _require(result, "task", where, path)
+        seed = _integer(_require(result, "seed", where, path), f"{where}seed", path)
         for metric, value in metrics.items():
             rows.append(
                 {
                     **base,
-                    "task": _require(result, "task", where, path),
-                    "seed": int(_require(result, "seed", where, path)),
+                    "task": task,
+                    "seed": seed,
                     "metric": metric,
-                    "value": float(value),
+                    "value": _metric(value, f"{where}metrics.{metric} (task {task!r}, seed {seed})", path),
                     "is_primary": metric == primary,
                 }
             )
@@ -105,15 +139,17 @@ def result_files(profile: str) -> list[Path]:
     return sorted(p for p in runs.glob("*/*.json") if p.name not in SKIPPED)
 
 
-def aggregate(profile: str) -> pd.DataFrame:
-    """Read every results/<profile>/runs/*/*.json into one tidy DataFrame with :data:`COLUMNS`."""
+def aggregate(profile: str, config: dict | None = None) -> pd.DataFrame:
+    """Read every results/<profile>/runs/*/*.json into one tidy DataFrame with :data:`COLUMNS`; with the
+    profile's ``config``, each record checked against its settings (see the module docstring)."""
     files = result_files(profile)
     if not files:
         raise LeanLMError(
             f"no fine-tuning results under {paths.results_dir(profile) / 'runs'}/<run_id>/<family>.json; "
             "run the fine-tuning stage first (snakemake, or `leanlm finetune --run ... --family ...`)"
         )
-    rows = [row for path in files for row in rows_from_file(path, profile)]
+    checker = RecordChecker(config) if config is not None else None
+    rows = [row for path in files for row in rows_from_file(path, profile, checker)]
     df = pd.DataFrame(rows, columns=COLUMNS)
     duplicated = df.duplicated(["run_id", "family", "task", "seed", "metric"])
     if duplicated.any():
@@ -127,9 +163,9 @@ def aggregate(profile: str) -> pd.DataFrame:
     )
 
 
-def main(profile: str) -> Path:
-    """Write results/<profile>/all_runs.csv atomically and return its path."""
-    df = aggregate(profile)
+def main(profile: str, config: dict | None = None) -> Path:
+    """Write results/<profile>/all_runs.csv atomically and return its path (``config``: see :func:`aggregate`)."""
+    df = aggregate(profile, config)
     out = paths.results_dir(profile) / "all_runs.csv"
     with atomic_path(out, suffix=".csv") as tmp:
         df.to_csv(tmp, index=False)
@@ -146,4 +182,4 @@ def load(profile: str) -> pd.DataFrame:
     path = paths.results_dir(profile) / "all_runs.csv"
     if not path.is_file():
         raise LeanLMError(f"{path} does not exist; run `leanlm aggregate` (or the aggregate rule) first")
-    return pd.read_csv(path, dtype={"task": str, "metric": str, "run": str, "run_id": str})
+    return pd.read_csv(path, dtype={"task": str, "metric": str, "run": str, "run_id": str, "settings_hash": str})

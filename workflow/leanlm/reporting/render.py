@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from leanlm import paths
-from leanlm.errors import LeanLMError
+from leanlm.errors import DataError, LeanLMError
 from leanlm.io import atomic_path, write_text
 from leanlm.registry import DottedRegistry
 from leanlm.reporting.aggregate import load
@@ -218,21 +218,66 @@ def write_table(profile: str, name: str, table: Table) -> list[Path]:
     return [tex_path, csv_path]
 
 
-def render_table(profile: str, name: str, config: dict) -> list[Path]:
+def check_aggregated_settings(profile: str, config: dict, tidy: pd.DataFrame) -> None:
+    """Refuse results aggregated under other settings than ``config`` gives now (issue 24, case 10).
+
+    ``leanlm aggregate`` checks each record against the profile and writes the fingerprint of the settings
+    it checked (:func:`leanlm.record_settings.settings_hash`) into column ``settings_hash``; a table
+    rendered by hand after a profile edit would caption those results with the new settings. Every
+    (run, family) the profile runs that the tidy table holds must carry the fingerprint the profile gives
+    now. Where one differs, the run's results file says what changed (or, where it matches the profile,
+    that all_runs.csv is older than it)."""
+    from leanlm.record_settings import RecordChecker, read_record, settings_hash
+
+    csv = paths.results_dir(profile) / "all_runs.csv"
+    params_file = config.get("_params_file", f"params/{profile}.yaml")
+    aggregate = f"`leanlm aggregate --params {params_file}`"
+    if "settings_hash" not in tidy.columns:
+        raise DataError(f"{csv} has no column settings_hash: it was written by an older leanlm, whose aggregation did "
+                        f"not check the results against the profile's settings; run {aggregate}")
+    fingerprints = tidy["settings_hash"].fillna("").astype(str)
+    for run in runs(config):
+        for family in run.finetune:
+            found = set(fingerprints[(tidy["run_id"] == run.run_id) & (tidy["family"] == family)])
+            if not found or found == {settings_hash(config, run, family)}:
+                continue
+            how = ("without the profile (its results were not checked against it)" if found == {""}
+                   else f"under other settings than {params_file} gives now")
+            head = f"{csv}: the results of run {run.run_id} on {family} were aggregated {how}"
+            record = paths.results_dir(profile) / "runs" / run.run_id / f"{family}.json"
+            if record.is_file():
+                try:
+                    RecordChecker(config).family(read_record(record), record)
+                except DataError as stale:
+                    raise DataError(f"{head}. {stale}; then run {aggregate}") from None
+                raise DataError(f"{head}, but its results file {record} matches the profile: {csv} is older than "
+                                f"it. Run {aggregate}")
+            raise DataError(
+                f"{head}, so this table would caption them with settings they were not made with. Run {aggregate} "
+                "(after `snakemake`, or the jobs whose settings changed: it refuses results that do not match the "
+                "profile)")
+
+
+def render_table(profile: str, name: str, config: dict, verify_settings: bool = False) -> list[Path]:
     """Render table ``name`` of ``profile`` from results/<profile>/all_runs.csv (a params table: from
-    ``config`` alone); return the files written."""
+    ``config`` alone); return the files written. ``verify_settings`` (the CLI's renders, by hand or by
+    Snakemake): refuse results aggregated under other settings (:func:`check_aggregated_settings`)."""
     if config.get("profile", profile) != profile:
         raise LeanLMError(f"render_table: config is profile {config['profile']!r}, asked for {profile!r}")
     if name in PARAMS_TABLES:
         return write_table(profile, name, PARAMS_TABLES.get(name)(profile, config))
-    built = TABLES.get(name)(profile, config, load(profile))
+    renderer = TABLES.get(name)  # an unknown table is named before anything is read
+    tidy = load(profile)
+    if verify_settings:
+        check_aggregated_settings(profile, config, tidy)
+    built = renderer(profile, config, tidy)
     # A results *figure* (ch. 4) draws and writes its own files and returns their paths.
     return write_table(profile, name, built) if isinstance(built, Table) else list(built)
 
 
 def main(profile: str, name: str) -> list[Path]:
-    """Load params/<profile>.yaml (validated) and render table ``name``."""
+    """Load params/<profile>.yaml (validated) and render table ``name``, its results checked against it."""
     from leanlm.config import load_config
 
     config = load_config(paths.params_dir() / f"{profile}.yaml")
-    return render_table(profile, name, config)
+    return render_table(profile, name, config, verify_settings=True)
