@@ -18,7 +18,7 @@ DataError naming the file, task and seed:
 - a metric that is not a finite number;
 - per-example data that is not numbers, or whose fields differ in length;
 - per-example data that does not give back the stored metric when the evaluation's own metric function
-  recomputes it (:func:`leanlm.evaluation.per_example.recompute`), within :data:`RELATIVE_TOLERANCE`.
+  recomputes it (:func:`recompute`), within :data:`RELATIVE_TOLERANCE`.
 
 Not recomputable from what is stored, and said so in :func:`_per_example_target`: a metric with no
 per-example statistic (MultiRC's grouped F1a/EM, lm-eval's bits per byte, the attention indicators),
@@ -29,8 +29,10 @@ checked against that checkpoint's BLEU.
 
 from __future__ import annotations
 
+import importlib
 import math
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -48,6 +50,39 @@ RELATIVE_TOLERANCE = 1e-6
 # Beside it, an absolute floor for metrics at or near 0 (a correlation or an F1 of 0), where a relative
 # tolerance alone would demand more than floating point gives.
 ABSOLUTE_TOLERANCE = 1e-9
+
+
+# Where the metric function of a statistic registers (leanlm.evaluation.metrics.METRICS), when not in
+# metrics.py itself: imported on first use only (perplexity's module imports torch).
+REGISTERED_IN = {"macro_f1": "leanlm.evaluation.superglue_metrics", "perplexity": "leanlm.evaluation.perplexity",
+                 "bleu": "leanlm.evaluation.bleu"}
+
+
+def recompute(statistic: str, examples: Mapping[str, np.ndarray]) -> float:
+    """The metric that ``statistic`` (a key of leanlm.claims.stats.STATISTICS) gives on all of one
+    evaluation's per-example data, ``examples`` keyed by role (``prediction``/``reference``, ``score``,
+    ``nll``/``units``, BLEU's statistics), computed as the evaluation computed it: a registered metric of
+    predictions and references (scikit-learn / SciPy); perplexity with the registered ``perplexity`` (exp
+    of total NLL over total units, as the perplexity runner and lm-eval's word/byte perplexity pool them);
+    corpus BLEU from the summed sentence statistics (:func:`leanlm.evaluation.bleu.bleu_from_statistics`,
+    sacrebleu's own score of the corpus statistics); ``mean``: the mean of per-example scores, which is how
+    SQuAD's F1/EM and lm-eval's accuracies are computed from the same scores.
+
+    Not leanlm.claims.stats' vectorised statistics, the claims' own reimplementation for bootstrap draws:
+    a check against them would not catch a record they misread."""
+    from leanlm.evaluation.metrics import compute
+
+    if statistic in REGISTERED_IN:
+        importlib.import_module(REGISTERED_IN[statistic])
+    if statistic == "mean":
+        return float(np.mean(np.asarray(examples["score"], dtype=np.float64)))
+    if statistic == "perplexity":
+        return compute("perplexity", examples["nll"], examples["units"])
+    if statistic == "bleu":
+        from leanlm.evaluation.bleu import STAT_FIELDS, bleu_from_statistics
+
+        return bleu_from_statistics([float(np.sum(examples[field])) for field in STAT_FIELDS])
+    return compute(statistic, examples["prediction"], examples["reference"])
 
 
 class Missing(Exception):
@@ -156,8 +191,6 @@ class Results:
         examples = _examples(per_example, statistic, roles, metric, where)
         target, what = _per_example_target(result, metric, value)
         target = _finite(target, what, where)
-        from leanlm.evaluation.per_example import recompute
-
         recomputed = recompute(statistic, examples)
         if not math.isclose(recomputed, target, rel_tol=RELATIVE_TOLERANCE, abs_tol=ABSOLUTE_TOLERANCE):
             raise DataError(

@@ -13,48 +13,14 @@ the GLUE/SuperGLUE runner (dev predictions), SQuAD (per-question F1/EM), the per
 (per-window NLL and tokens), translation (per-sentence BLEU statistics) and lm-eval (its logged
 per-document scores). Metrics it does not list (MultiRC's per-question scores) are resampled at the
 seed level only. Kept compact: integers as integers, floats exact.
-
-:func:`recompute` gives back, from the per-example data, the metric the evaluation reported, with the
-evaluation's own metric functions: what the claims stage checks a record with before resampling it.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Iterable, Mapping, Sequence
-
-import numpy as np
+from typing import Iterable, Sequence
 
 # Metrics recomputable from one prediction and one reference per example.
 RECOMPUTABLE = ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman")
-# Where the metric function of a statistic registers (leanlm.evaluation.metrics.METRICS), when not in
-# metrics.py itself: imported on first use only (perplexity's module imports torch).
-REGISTERED_IN = {"macro_f1": "leanlm.evaluation.superglue_metrics", "perplexity": "leanlm.evaluation.perplexity",
-                 "bleu": "leanlm.evaluation.bleu"}
-
-
-def recompute(statistic: str, examples: Mapping[str, np.ndarray]) -> float:
-    """The metric that ``statistic`` (a key of leanlm.claims.stats.STATISTICS) gives on all of one
-    evaluation's per-example data, ``examples`` keyed by role (``prediction``/``reference``, ``score``,
-    ``nll``/``units``, BLEU's statistics), computed as the evaluation computed it: a registered metric of
-    predictions and references (scikit-learn / SciPy); perplexity with the registered ``perplexity``
-    (exp of total NLL over total units, as the perplexity runner and lm-eval's word/byte perplexity pool
-    them); corpus BLEU from the summed sentence statistics (:func:`leanlm.evaluation.bleu.bleu_from_statistics`,
-    sacrebleu's own score of the corpus statistics); ``mean``: the mean of per-example scores, which is
-    how SQuAD's F1/EM and lm-eval's accuracies are computed from the same scores."""
-    from leanlm.evaluation.metrics import compute
-
-    if statistic in REGISTERED_IN:
-        importlib.import_module(REGISTERED_IN[statistic])
-    if statistic == "mean":
-        return float(np.mean(np.asarray(examples["score"], dtype=np.float64)))
-    if statistic == "perplexity":
-        return compute("perplexity", examples["nll"], examples["units"])
-    if statistic == "bleu":
-        from leanlm.evaluation.bleu import STAT_FIELDS, bleu_from_statistics
-
-        return bleu_from_statistics([float(np.sum(examples[field])) for field in STAT_FIELDS])
-    return compute(statistic, examples["prediction"], examples["reference"])
 
 
 def _compact(values: Sequence) -> list:
