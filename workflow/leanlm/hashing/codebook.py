@@ -16,7 +16,9 @@ T = 128), so a 12M-token codebook holds 190 MB of bits, not 6 GB of floats.
 
 A codebook is saved to a directory (``codebook.json`` with the hasher state and, for the BPE route of
 Appendix 2.11, the tokenizer; ``tokens.jsonl``; ``bits.npy``; ``buckets.npy``) and loads back to the
-same rows and hashes.
+same rows and hashes. ``codebook.json`` is written last and records the SHA-256 of the other three files
+as written; loading checks them, so bits altered on disk but still a valid array are refused by name
+instead of training on wrong hashes (as checkpoints and token streams are checked).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from leanlm.hashing.lsh import LSHHasher
 from leanlm.hashing.md5 import MD5Hasher
 from leanlm.hashing.ngrams import ngram_rolling_hashes
 from leanlm.hashing.words import SPECIAL_TOKENS, piece_tokenizer, word_tokenize
-from leanlm.io import atomic_path, write_json, write_jsonl, read_jsonl
+from leanlm.io import atomic_path, read_jsonl, sha256_file, write_json
 
 FORMAT = "leanlm-hash-codebook"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: codebook.json records the SHA-256 of DATA_FILES (1 recorded none)
+DATA_FILES = ("bits.npy", "buckets.npy", "tokens.jsonl")
 HASHERS = {"md5": MD5Hasher, "lsh": LSHHasher}
 _SHIFTS = torch.arange(7, -1, -1, dtype=torch.uint8)  # unpack bytes most significant bit first
 
@@ -235,29 +238,37 @@ class HashCodebook:
 
     # -- persistence ------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
+        """Write the rows' files, then ``codebook.json`` with their SHA-256 digests (so a directory with a
+        codebook.json has complete files, and :meth:`load` can tell when one changed)."""
         directory = Path(directory)
-        with atomic_path(directory / "bits.npy", suffix=".npy") as tmp:
-            np.save(tmp, self._packed)
-        with atomic_path(directory / "buckets.npy", suffix=".npy") as tmp:
-            np.save(tmp, self._buckets)
-        write_jsonl(directory / "tokens.jsonl", ({"t": t} for t in self.tokens))
+        digests = {
+            "bits.npy": _written(directory / "bits.npy", lambda tmp: np.save(tmp, self._packed)),
+            "buckets.npy": _written(directory / "buckets.npy", lambda tmp: np.save(tmp, self._buckets)),
+            "tokens.jsonl": _written(directory / "tokens.jsonl", lambda tmp: tmp.write_text(
+                "".join(json.dumps({"t": t}, ensure_ascii=False) + "\n" for t in self.tokens), encoding="utf-8")),
+        }
         write_json(directory / "codebook.json", {
             "format": FORMAT, "format_version": FORMAT_VERSION, "rows": len(self),
             "hasher": self.hasher.to_dict(), "n_buckets": self.n_buckets,
             "tokenizer": None if self.tokenizer is None else self.tokenizer.to_str(),
+            "sha256": digests,
         })
         return directory
 
     @classmethod
     def load(cls, directory: str | Path) -> "HashCodebook":
+        """The codebook saved in ``directory``; :class:`DataError` naming the file when one is missing,
+        altered since it was written (its SHA-256) or inconsistent with the others."""
         directory = Path(directory)
         path = directory / "codebook.json"
         try:
             meta = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise DataError(f"{path}: unreadable codebook ({err}); rebuild the codebook") from None
-        if meta.get("format") != FORMAT:
-            raise DataError(f"{path} is not a leanlm hash codebook (format {meta.get('format')!r})")
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise DataError(f"{path} is not a leanlm hash codebook (format "
+                            f"{meta.get('format') if isinstance(meta, dict) else None!r})")
+        _verify_files(directory, meta)
         kind = meta["hasher"]["kind"]
         if kind not in HASHERS:
             raise DataError(f"{path}: unknown hasher {kind!r}; known: {sorted(HASHERS)}")
@@ -276,6 +287,41 @@ class HashCodebook:
         book.index = {t: i for i, t in enumerate(tokens)}
         book._packed_store, book._buckets_store = packed, buckets
         return book
+
+
+# What to do about a codebook that cannot be trusted: a cached one (<cache>/codebooks/) is rebuilt once it
+# is gone; one beside a model is written by that hash run's pretraining.
+_REDO = "and run again (a cached codebook is rebuilt; a model's codebook is written by its pretraining)"
+
+
+def _written(path: Path, write) -> str:
+    """Write ``path`` atomically with ``write(tmp)``; returns the SHA-256 of the bytes written."""
+    with atomic_path(path, suffix=path.suffix) as tmp:
+        write(tmp)
+        return sha256_file(tmp)
+
+
+def _verify_files(directory: Path, meta: dict) -> None:
+    """DataError unless each of DATA_FILES has the SHA-256 ``codebook.json`` recorded for it.
+
+    A codebook of format 1 recorded no digests. It is refused rather than trusted: nothing can tell its
+    files from altered ones, and none needs keeping (a cached codebook's key includes this module's code,
+    so the cache never reads one again; a model's is rewritten by its pretraining, whose code fingerprint
+    includes this module, when the pipeline runs)."""
+    path = directory / "codebook.json"
+    recorded = meta.get("sha256")
+    version = meta.get("format_version", 1)
+    if not isinstance(version, int) or version < 2 or not isinstance(recorded, dict):
+        raise DataError(f"{path} was written by an older leanlm, which recorded no checksums of the codebook's "
+                        f"files, so they cannot be verified: delete {directory} {_REDO}")
+    for name in DATA_FILES:
+        file = directory / name
+        if not file.is_file():
+            raise DataError(f"codebook file {file} is missing: delete {directory} {_REDO}")
+        if (actual := sha256_file(file)) != recorded.get(name):
+            raise DataError(f"codebook file {file} is damaged or was altered: its SHA-256 is {actual}, but "
+                            f"{recorded.get(name)} was recorded in {path} when it was written; delete {directory} "
+                            f"{_REDO}")
 
 
 def _grown(array: np.ndarray, capacity: int) -> np.ndarray:

@@ -19,9 +19,11 @@ the corpus is read twice from disk, ``ENCODE_CHUNK`` documents at a time, into t
    since the fitted hasher cannot be known before the counting pass; its :meth:`HashCodebook.fingerprint`
    (hasher state, n-gram vocabulary and seed included) is recorded and checked when it is loaded.
 
-Both layers live under ``<cache>/codebooks/`` (outside ``data/``), are written atomically and under
-:func:`leanlm.io.build_once`'s lock, so concurrent jobs build each once, and are rebuilt when a file is
-missing or disagrees with its record. Memory then grows with the distinct tokens (the codebook: ~200 bytes
+Both layers live under ``<cache>/codebooks/`` (outside ``data/``) and are written atomically and under
+:func:`leanlm.io.build_once`'s lock, so concurrent jobs build each once. The row streams are rebuilt when a
+stream is missing or disagrees with its record (size and SHA-256); the codebook's files are checked against
+the SHA-256 digests its ``codebook.json`` records (:meth:`HashCodebook.load`), and one altered is refused by
+name, as a codebook that disagrees with its ``fitted.json`` is. Memory then grows with the distinct tokens (the codebook: ~200 bytes
 a distinct word in Python, 24 bytes of hashes a row), never with the corpus's tokens; see
 docs/benchmarks.md. The rows, ids and features are those of the in-memory packing they replace
 (tests/test_codebook_streams.py compares them).
