@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import build_once, write_json
+from leanlm.io import build_once, json_text, write_bytes
 
 
 @dataclass(frozen=True)
@@ -33,13 +34,11 @@ class IndexEntry:
     yaml_path: str | None
 
 
-INDEX_FORMAT = "v1"
+INDEX_FORMAT = "v2"  # v2: a first line with the SHA-256 of the JSON body that follows it
 
 
 def index_cache_file() -> Path:
     """Where the task index of the installed lm-eval is kept: one file per lm-eval version and install."""
-    import hashlib
-
     import lm_eval
 
     where = hashlib.sha1(str(Path(lm_eval.__file__).resolve().parent).encode()).hexdigest()[:10]
@@ -48,11 +47,36 @@ def index_cache_file() -> Path:
 
 
 def _build_index_file(target: Path) -> None:
+    """Write lm-eval's index of its tasks (those with a config) to ``target``: a header line
+    ``{"sha256": ..., "tasks": n}`` with the digest of the JSON body after it, so that an edited or emptied
+    file is told from lm-eval's own index when it is read."""
     from lm_eval.tasks import TaskManager
 
     index = TaskManager(include_defaults=True).task_index
-    write_json(target, {name: {"cfg": entry.cfg, "yaml_path": str(entry.yaml_path) if entry.yaml_path else None}
-                        for name, entry in index.items() if entry.cfg is not None and "task" in entry.cfg})
+    tasks = {name: {"cfg": entry.cfg, "yaml_path": str(entry.yaml_path) if entry.yaml_path else None}
+             for name, entry in index.items() if entry.cfg is not None and "task" in entry.cfg}
+    body = json_text(tasks).encode("utf-8")
+    header = json.dumps({"sha256": hashlib.sha256(body).hexdigest(), "tasks": len(tasks)})
+    write_bytes(target, header.encode("utf-8") + b"\n" + body)
+
+
+def _read_index_file(target: Path) -> dict[str, IndexEntry]:
+    """The index :func:`_build_index_file` wrote, checked against its header's SHA-256; ConfigError naming
+    the file, and saying to delete it (the next job writes it anew), when it is unreadable or was changed."""
+    redo = f"delete {target} and rerun: it is made again from lm-eval's own task configs"
+    try:
+        head, _, body = target.read_bytes().partition(b"\n")
+        recorded = json.loads(head).get("sha256")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise ConfigError(f"{target}: not a readable lm-eval task index cache ({exc!r}); {redo}") from None
+    if recorded != (actual := hashlib.sha256(body).hexdigest()):
+        raise ConfigError(f"{target}: lm-eval's task index cache was changed after it was written (SHA-256 of its "
+                          f"tasks {actual}, recorded {recorded}); {redo}")
+    try:
+        return {name: IndexEntry(cfg=entry["cfg"], yaml_path=entry["yaml_path"])
+                for name, entry in json.loads(body).items()}
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{target}: not a readable lm-eval task index cache ({exc!r}); {redo}") from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,11 +87,7 @@ def _task_index() -> dict[str, IndexEntry]:
     # install folder; build_once across processes) and read from there: about 0.6 s.
     target = index_cache_file()
     build_once(target, lambda: _build_index_file(target), "lm-eval's task index")
-    try:
-        raw = json.loads(target.read_text(encoding="utf-8"))
-        return {name: IndexEntry(cfg=entry["cfg"], yaml_path=entry["yaml_path"]) for name, entry in raw.items()}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{target}: not a readable lm-eval task index ({exc!r}); delete it and rerun") from None
+    return _read_index_file(target)
 
 
 # The split fields of an lm-eval task config, in the order lm-eval's ConfigurableTask reads them.
