@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fake_wheels import write_fake_wheels
+from fake_wheels import pin_fake_wheels, write_fake_wheels
 from leanlm import forkserver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +122,7 @@ def project(tmp_path_factory):
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        **pin_fake_wheels(root / "cache" / "packages"),
     }
     return root, env
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fake_wheels import write_fake_wheels
+from fake_wheels import pin_fake_wheels, write_fake_wheels
 from slurm_lock import slurm_cluster_lock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +150,7 @@ def project(tmp_path_factory, slurm):
     root = _copy_project(tmp_path_factory.mktemp("slurm_project"))
     _tiny(root / "params")
     write_fake_wheels(root / "cache" / "packages")
-    return root, _env(slurm, root)
+    return root, {**_env(slurm, root), **pin_fake_wheels(root / "cache" / "packages")}
 
 
 def test_readme_paper_dry_run_lists_gpu_jobs_and_submits_nothing(slurm, tmp_path):

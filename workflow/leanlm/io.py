@@ -30,13 +30,20 @@ _WHY = {
     errno.EROFS: "the file system is read-only",
     errno.EACCES: "permission denied",
     errno.EPERM: "permission denied",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "it is a file, not a folder",
 }
+
+
+def reason(exc: OSError) -> str:
+    """Why an operation on a file failed, in words a person can act on."""
+    return _WHY.get(exc.errno, exc.strerror or type(exc).__name__)
 
 
 def write_error(path: str | os.PathLike, exc: OSError, what: str = "") -> OutputError:
     """A clear error for a failed write of ``path``: which path, why (full disk, read-only, permission)
     and what to do. ``what`` names the output for people (\"the checkpoint of step 400\")."""
-    why = _WHY.get(exc.errno, exc.strerror or type(exc).__name__)
+    why = reason(exc)
     failed = f" (at {exc.filename})" if exc.filename and os.fspath(exc.filename) != os.fspath(path) else ""
     error = OutputError(
         f"cannot write {what + ' ' if what else ''}{path}: {why}{failed} [{exc}]. Free disk space or make "

@@ -1,7 +1,15 @@
 """Where things live. Every path is relative to the project root (the folder with the Snakefile).
 
-The root is ``$LEANLM_ROOT`` when set (tests point it at a scratch copy), else the nearest parent of
-the working directory holding a Snakefile, else the working directory.
+The root is, in this order:
+
+1. ``$LEANLM_ROOT`` when set (tests point it at a scratch copy; a job can name its project);
+2. the nearest folder, from the working directory upward, that is a leanlm project (:func:`is_project`:
+   a Snakefile and ``workflow/schemas/``), so that ``leanlm`` run in a project's subfolder uses that project
+   and another tool's Snakefile is not taken for one;
+3. the project the running ``leanlm`` package lives in (``<root>/workflow/leanlm``: a clone, installed
+   editable or put on PYTHONPATH), so that ``leanlm`` works from any directory;
+4. else the working directory, where reading a project file fails naming the file and LEANLM_ROOT
+   (:func:`project_file`).
 """
 
 from __future__ import annotations
@@ -9,16 +17,39 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+ROOT_ENV = "LEANLM_ROOT"
+
+
+def is_project(folder: Path) -> bool:
+    """Whether ``folder`` holds a leanlm project: its Snakefile and the params schemas."""
+    return (folder / "Snakefile").is_file() and (folder / "workflow" / "schemas").is_dir()
+
 
 def project_root() -> Path:
-    env = os.environ.get("LEANLM_ROOT")
+    env = os.environ.get(ROOT_ENV)
     if env:
         return Path(env).resolve()
     here = Path.cwd().resolve()
     for candidate in (here, *here.parents):
-        if (candidate / "Snakefile").is_file():
+        if is_project(candidate):
             return candidate
-    return here
+    package_home = Path(__file__).resolve().parents[2]  # <root>/workflow/leanlm/paths.py
+    return package_home if is_project(package_home) else here
+
+
+def project_file(*parts: str) -> Path:
+    """A file the project ships (a schema, a template), relative to the project root; ConfigError naming it,
+    and how the root was chosen, when it does not exist."""
+    path = project_root().joinpath(*parts)
+    if not path.is_file():
+        from leanlm.errors import ConfigError
+
+        chosen = (f"{ROOT_ENV}={os.environ[ROOT_ENV]}" if os.environ.get(ROOT_ENV)
+                  else "no leanlm project (a Snakefile and workflow/schemas/) above the working directory or "
+                       "around the leanlm package")
+        raise ConfigError(f"{path} does not exist: the project root {project_root()} is not a leanlm project "
+                          f"({chosen}). Run leanlm inside the project, or set {ROOT_ENV} to the project folder")
+    return path
 
 
 def params_dir() -> Path:
@@ -59,3 +90,21 @@ def cache_dir() -> Path:
         return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))
     return Path(xdg) / "leanlm"
+
+
+def writable_cache_dir(sub: str) -> Path:
+    """``cache_dir()/sub``, created and proven writable; an OutputError naming the folder, the variable that
+    chose it and what to do when it cannot be (LEANLM_CACHE a file, or on a read-only file system)."""
+    from leanlm.errors import OutputError
+    from leanlm.io import check_writable, reason
+
+    folder = cache_dir() / sub
+    try:
+        return check_writable(folder)
+    except OutputError as exc:
+        if os.environ.get("LEANLM_CACHE"):
+            chosen = f"LEANLM_CACHE={os.environ['LEANLM_CACHE']}"
+        else:
+            chosen = f"LEANLM_CACHE unset: {cache_dir()}, under XDG_CACHE_HOME or ~/.cache"
+        raise OutputError(f"cannot use the cache folder {folder} ({chosen}): {reason(exc)}. "
+                          f"Set LEANLM_CACHE to a writable folder, then re-run") from None

@@ -15,7 +15,7 @@ from leanlm.io import read_yaml
 
 
 def schema(name: str) -> dict:
-    path = paths.project_root() / "workflow" / "schemas" / name
+    path = paths.project_file("workflow", "schemas", name)  # ConfigError naming it where there is no project
     return json.loads(path.read_text(encoding="utf-8"))
 
 
