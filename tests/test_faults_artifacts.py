@@ -394,7 +394,7 @@ def _freeze_mid_stage(proc: subprocess.Popen, data: Path, sig: int) -> None:
     from test_kill_resume import _until_stopped
 
     deadline = time.monotonic() + 300
-    while not any(p.is_dir() for p in data.glob(".corpus.partial-*")):
+    while not any(p.is_dir() and p.name.endswith(f"-{proc.pid}") for p in data.glob(".corpus.partial-*")):
         assert proc.poll() is None, f"the stage ended before it could be stopped:\n{proc.stderr.read()[-3000:]}"
         assert time.monotonic() < deadline, "the stage never started writing"
         time.sleep(0.002)
@@ -428,18 +428,20 @@ def test_a_killed_data_stage_leaves_litter_the_next_run_removes(fetched_project)
     assert not list(data.glob(".corpus.lock-*"))
 
 
-def test_stale_partials_are_told_from_live_ones_by_their_lock(tmp_path):
+def test_stale_partials_are_told_from_live_ones_by_their_lock(tmp_path, caplog):
     """The rule: only this host's partials are judged; one is stale when its owner's lock is free (a
-    reused pid does not keep it), live while the lock is held; another host's is never removed."""
+    reused pid does not keep it), live while the lock is held; another host's, and one an older leanlm
+    named without its host, are never removed, but named in a warning."""
     import fcntl
 
     from leanlm.io import staged_dir
 
     final = tmp_path / "corpus"
     other_host = tmp_path / ".corpus.partial-other-node.example-1234"
+    legacy = tmp_path / ".corpus.partial-4321"
     reused = tmp_path / f".corpus.partial-{HOST}-1"  # pid 1 is alive, but its lock is free: a dead owner's
     held = tmp_path / f".corpus.partial-{HOST}-999999"
-    for folder in (other_host, reused, held):
+    for folder in (other_host, legacy, reused, held):
         folder.mkdir()
         (folder / "train.jsonl").write_text("{}\n")
     (tmp_path / f".corpus.lock-{HOST}-1").touch()
@@ -448,8 +450,10 @@ def test_stale_partials_are_told_from_live_ones_by_their_lock(tmp_path):
         with staged_dir(final) as out:
             (out / "train.jsonl").write_text("{}\n")
     assert (final / "train.jsonl").is_file()
-    assert other_host.is_dir() and held.is_dir() and not reused.exists()
+    assert other_host.is_dir() and legacy.is_dir() and held.is_dir() and not reused.exists()
     assert not (tmp_path / f".corpus.lock-{HOST}-1").exists()
+    warned = "\n".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert str(other_host) in warned and "other-node.example" in warned and str(legacy) in warned, warned
 
 
 def _fake_pdflatex(folder: Path) -> Path:

@@ -6,16 +6,19 @@ edit to the PDF build reruns only the ``pdf`` job, not the renders.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+import signal
 import subprocess
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from leanlm import paths
 from leanlm.errors import LeanLMError
-from leanlm.io import atomic_path, write_text
+from leanlm.io import atomic_path, scratch_dir, write_text
 from leanlm.reporting.figures import FIGURE_CAPTIONS
 from leanlm.reporting.latex import render_template
 
@@ -86,6 +89,26 @@ def _document_parts(out_dir: Path, parts: Sequence[str | Path] | None) -> tuple[
     return tables, figures
 
 
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM (Snakemake stopping its jobs, ``kill``) raises SystemExit with the shell's
+    code for it (143) instead of ending the process where it stands, so that the block's cleanup runs and a
+    running pdflatex is killed (subprocess.run does on any exception). Signals go to the main thread only:
+    elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def build_pdf(profile: str, parts: Sequence[str | Path] | None = None, timeout: int = 120) -> Path | None:
     """Compile tables (.tex) and figures (.pdf) of paper_tables/<profile>/ into tables.pdf: ``parts``, or
     every one in the folder when none are given.
@@ -101,8 +124,9 @@ def build_pdf(profile: str, parts: Sequence[str | Path] | None = None, timeout: 
     tables, figures = _document_parts(out_dir, parts)
     if not tables and not figures:
         raise LeanLMError(f"{out_dir} has no .tex tables and no figure .pdf files; render the tables first")
-    with tempfile.TemporaryDirectory(prefix="leanlm-latex-") as tmp:
-        workdir = Path(tmp)
+    # A folder of the system's temporary directory that a SIGTERM (below) still removes, and that the next
+    # build removes when a SIGKILL left it (leanlm.io.scratch_dir).
+    with _terminate_as_exit(), scratch_dir(tempfile.gettempdir(), "leanlm-latex") as workdir:
         # Copies under plain names: \input and \includegraphics then see no paths with odd characters.
         for path in tables + figures:
             shutil.copyfile(path, workdir / path.name)
