@@ -38,6 +38,7 @@ import pytest
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError, OutputError
 from leanlm.hashing import HashCodebook, MD5Hasher
+from test_ch2_pipeline import tiny_project  # noqa: F401  (a fixture)
 from test_faults_runtime import mount_tmpfs  # noqa: F401  (a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,9 +108,6 @@ def test_a_cached_codebook_with_altered_bits_stops_the_hash_run(tiny_project, tm
     with pytest.raises(DataError) as err:
         codebook_corpus(config, run, corpus, 16)
     assert str(bits) in str(err.value) and f"delete {bits.parent}" in str(err.value)
-
-
-from test_ch2_pipeline import tiny_project  # noqa: E402, F401  (a fixture)
 
 
 # ------------------------------------------------------------------------ 8: the lm-eval index cache
@@ -383,26 +381,32 @@ def fetched_project(scratch_root, tmp_path, monkeypatch):
     return scratch_root, config
 
 
-def _corpus_stage(root: Path) -> subprocess.Popen:
-    from test_kill_resume import _leanlm
+def _stopped_mid_stage(root: Path) -> subprocess.Popen:
+    """A real ``leanlm data corpus`` frozen (SIGSTOP) while its output is half-written: its partial folder
+    exists and it holds its lock. The stage takes well under a second on the fake wheels, so a job that
+    published its output before it could be frozen is run again (up to 5 times)."""
+    from test_kill_resume import _leanlm, _until_stopped
 
-    return _leanlm(root, "data", "corpus")
+    data = root / "data" / "smoke"
 
+    def writing(proc: subprocess.Popen) -> bool:
+        return any(p.is_dir() and p.name.endswith(f"-{proc.pid}") for p in data.glob(".corpus.partial-*"))
 
-def _freeze_mid_stage(proc: subprocess.Popen, data: Path, sig: int) -> None:
-    """Send ``sig`` to the stage ``proc`` while its output is half-written (its partial folder exists)."""
-    from test_kill_resume import _until_stopped
-
-    deadline = time.monotonic() + 300
-    while not any(p.is_dir() and p.name.endswith(f"-{proc.pid}") for p in data.glob(".corpus.partial-*")):
-        assert proc.poll() is None, f"the stage ended before it could be stopped:\n{proc.stderr.read()[-3000:]}"
-        assert time.monotonic() < deadline, "the stage never started writing"
-        time.sleep(0.002)
-    proc.send_signal(signal.SIGSTOP)
-    _until_stopped(proc)
-    if sig != signal.SIGSTOP:
-        proc.send_signal(sig)
-        proc.communicate(timeout=60)
+    for _ in range(5):
+        proc = _leanlm(root, "data", "corpus")
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and not writing(proc):
+            assert time.monotonic() < deadline, "the stage never started writing"
+            time.sleep(0.001)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGSTOP)
+            _until_stopped(proc)
+            if writing(proc):
+                return proc
+            proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    raise AssertionError("the stage was never caught mid-write in 5 runs")
 
 
 def test_a_killed_data_stage_leaves_litter_the_next_run_removes(fetched_project):
@@ -410,13 +414,13 @@ def test_a_killed_data_stage_leaves_litter_the_next_run_removes(fetched_project)
 
     root, config = fetched_project
     data = root / "data" / "smoke"
-    killed = _corpus_stage(root)
-    _freeze_mid_stage(killed, data, signal.SIGKILL)
+    killed = _stopped_mid_stage(root)
+    killed.kill()  # SIGKILL: nothing of the job runs any more
+    killed.communicate(timeout=60)
     assert killed.returncode == -signal.SIGKILL
     assert [name for name in _litter(data, "corpus") if ".partial-" in name], "the kill left no partial folder"
-    live = _corpus_stage(root)  # a second stage, frozen mid-write: alive, its partial in use
+    live = _stopped_mid_stage(root)  # a second stage, frozen mid-write: alive, its partial in use
     try:
-        _freeze_mid_stage(live, data, signal.SIGSTOP)
         run_stage("corpus", config)
         assert (data / "corpus" / "train.jsonl").is_file()
         assert _litter(data, "corpus") == [f".corpus.partial-{HOST}-{live.pid}"]  # the dead one's is gone
@@ -491,8 +495,8 @@ def tables(scratch_root):
 
 
 def test_a_terminated_pdf_build_removes_its_latex_folder(tables, tmp_path):
-    job = _pdf_job(tables, tmp_path / "tmp", _fake_pdflatex(tmp_path / "bin"))
     (tmp_path / "tmp").mkdir()
+    job = _pdf_job(tables, tmp_path / "tmp", _fake_pdflatex(tmp_path / "bin"))
     workdir = _started(tmp_path / "bin", job)
     assert workdir.is_dir() and workdir.parent == tmp_path / "tmp"
     job.send_signal(signal.SIGTERM)

@@ -437,7 +437,12 @@ def _remove(paths: Iterator[Path] | list[Path]) -> None:
     """Remove folders first, lock files last (a lock file present means its folders may still be there)."""
     for path in sorted(paths, key=lambda p: ".lock-" in p.name):
         log.info("removing %s, left by a process that was killed", path)
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass  # another process cleaning the same leftovers was first
+        except OSError as exc:  # e.g. another user's, in a shared temporary folder: not this job's to fail on
+            log.warning("cannot remove %s (%s); remove it by hand", path, reason(exc))
