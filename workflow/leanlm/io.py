@@ -270,9 +270,17 @@ def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = 
     done = done or target.exists
     if done():
         return False
-    target.parent.mkdir(parents=True, exist_ok=True)
     lock = target.with_name(f".{target.name}.lock")  # left in place: removing it would race a waiter
-    with open(lock, "a") as handle:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a")
+    except OSError as exc:
+        from leanlm import paths
+
+        if paths.in_cache(target):  # most targets are caches: the error names the variable that chose the folder
+            raise paths.cache_error(target.parent, exc) from exc
+        raise write_error(target.parent, exc) from exc
+    with handle:
         locked = _flock(handle, lock, what or target.name)
         try:
             if done():  # built by the process we waited for
