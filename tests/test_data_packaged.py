@@ -282,6 +282,7 @@ def test_real_wheels_smoke_profile(tmp_path, monkeypatch):
     shutil.copytree(REPO / "params", tmp_path / "params")
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("LEANLM_WHEEL_PINS", raising=False)  # the module fixture's pins of the fake wheels
     config = yaml.safe_load((tmp_path / "params" / "smoke.yaml").read_text())
     for stage in ("fetch", "corpus", "tokenizer", "tasks"):
         run_stage(stage, config)

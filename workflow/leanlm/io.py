@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from leanlm import paths
 from leanlm.errors import OutputError
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,29 @@ def write_error(path: str | os.PathLike, exc: OSError, what: str = "") -> Output
     )
     error.errno, error.filename = exc.errno, os.fspath(path)
     return error
+
+
+def cache_error(folder: str | os.PathLike, exc: OSError) -> OutputError:
+    """The error for a cache folder (:func:`leanlm.paths.cache_dir`) that cannot be made or written: the
+    folder, the variable that chose the cache, why (a file, not a folder; read-only; ...) and what to do."""
+    if os.environ.get("LEANLM_CACHE"):
+        chosen = f"LEANLM_CACHE={os.environ['LEANLM_CACHE']}"
+    else:
+        chosen = f"LEANLM_CACHE unset: {paths.cache_dir()}, under XDG_CACHE_HOME or ~/.cache"
+    error = OutputError(f"cannot use the cache folder {folder} ({chosen}): {reason(exc)}. "
+                        f"Set LEANLM_CACHE to a writable folder, then re-run")
+    error.errno, error.filename = exc.errno, os.fspath(folder)
+    return error
+
+
+def writable_cache_dir(sub: str) -> Path:
+    """``cache_dir()/sub``, created and proven writable; :func:`cache_error` when it cannot be (LEANLM_CACHE
+    a file, or on a read-only file system)."""
+    folder = paths.cache_dir() / sub
+    try:
+        return check_writable(folder)
+    except OutputError as exc:
+        raise cache_error(folder, exc) from None
 
 
 def check_writable(directory: str | os.PathLike, what: str = "") -> Path:
@@ -275,10 +299,8 @@ def build_once(target: str | os.PathLike, build: Callable[[], Any], what: str = 
         target.parent.mkdir(parents=True, exist_ok=True)
         handle = open(lock, "a")
     except OSError as exc:
-        from leanlm import paths
-
         if paths.in_cache(target):  # most targets are caches: the error names the variable that chose the folder
-            raise paths.cache_error(target.parent, exc) from exc
+            raise cache_error(target.parent, exc) from exc
         raise write_error(target.parent, exc) from exc
     with handle:
         locked = _flock(handle, lock, what or target.name)

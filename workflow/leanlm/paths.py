@@ -92,35 +92,6 @@ def cache_dir() -> Path:
     return Path(xdg) / "leanlm"
 
 
-def writable_cache_dir(sub: str) -> Path:
-    """``cache_dir()/sub``, created and proven writable; an OutputError naming the folder, the variable that
-    chose it and what to do when it cannot be (LEANLM_CACHE a file, or on a read-only file system)."""
-    from leanlm.errors import OutputError
-    from leanlm.io import check_writable
-
-    folder = cache_dir() / sub
-    try:
-        return check_writable(folder)
-    except OutputError as exc:
-        raise cache_error(folder, exc) from None
-
-
 def in_cache(path: str | os.PathLike) -> bool:
     """Whether ``path`` lies in :func:`cache_dir` (as the cache's users name their files: unresolved)."""
     return Path(path).is_relative_to(cache_dir())
-
-
-def cache_error(folder: str | os.PathLike, exc: OSError):
-    """The OutputError for a cache folder that cannot be made or written: the folder, the variable that chose
-    the cache, why (a file, not a folder; read-only; ...) and what to do."""
-    from leanlm.errors import OutputError
-    from leanlm.io import reason
-
-    if os.environ.get("LEANLM_CACHE"):
-        chosen = f"LEANLM_CACHE={os.environ['LEANLM_CACHE']}"
-    else:
-        chosen = f"LEANLM_CACHE unset: {cache_dir()}, under XDG_CACHE_HOME or ~/.cache"
-    error = OutputError(f"cannot use the cache folder {folder} ({chosen}): {reason(exc)}. "
-                        f"Set LEANLM_CACHE to a writable folder, then re-run")
-    error.errno, error.filename = exc.errno, os.fspath(folder)
-    return error

@@ -27,7 +27,7 @@ from pathlib import Path
 from leanlm import paths
 from leanlm.errors import DataError
 from leanlm.errors import ConfigError
-from leanlm.io import sha256_file, write_bytes, write_json
+from leanlm.io import sha256_file, writable_cache_dir, write_bytes, write_json
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def ensure_wheel(name: str, version: str) -> Path:
     if wheel is not None:
         check_wheel(wheel)
         return wheel
-    dest = paths.writable_cache_dir("packages")  # a clear error for a LEANLM_CACHE that is a file or read-only
+    dest = writable_cache_dir("packages")  # a clear error for a LEANLM_CACHE that is a file or read-only
     command = _download_command(name, version, dest)
     log.info("downloading %s==%s into %s", name, version, dest)
     try:
