@@ -180,8 +180,7 @@ def wheels(tmp_path, monkeypatch):
     monkeypatch.delenv("LEANLM_WHEEL_PINS", raising=False)
     folder = tmp_path / "cache" / "packages"
     write_fake_wheels(folder)
-    monkeypatch.setattr(packaged, "WHEEL_SHA256", {w.name: sha256_file(w) for w in folder.glob("*.whl")},
-                        raising=False)
+    monkeypatch.setattr(packaged, "WHEEL_SHA256", {w.name: sha256_file(w) for w in folder.glob("*.whl")})
     return folder
 
 
