@@ -16,15 +16,22 @@ import pandas as pd
 
 from leanlm import paths
 from leanlm.claims.spec import load_claims
-from leanlm.claims.stats import CONTRADICTED, DEFAULT_DRAWS, INCONCLUSIVE, NOT_RUN, SUPPORTED
+from leanlm.claims.stats import CONTRADICTED, DEFAULT_DRAWS, INCONCLUSIVE, NOT_RUN, SUPPORTED, UNTESTABLE
 from leanlm.claims.verdicts import ClaimResult, evaluate_claim
 from leanlm.io import write_text
 
 log = logging.getLogger(__name__)
-ORDER = (SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_RUN)
+ORDER = (SUPPORTED, CONTRADICTED, INCONCLUSIVE, UNTESTABLE, NOT_RUN)
 CSV_COLUMNS = ["claim", "chapter", "where", "claim_verdict", "part", "comparison", "family", "effect", "a", "b",
                "estimate", "low", "high", "region_low", "region_high", "basis", "verdict", "reason",
-               "thesis_a", "thesis_b"]
+               "preconditions", "thesis_a", "thesis_b"]
+
+
+def count_line(profile: str, c: dict[str, int]) -> str:
+    """The one-line count of the claims' verdicts, saying what "inconclusive" and "untestable" mean."""
+    return (f"claims at profile {profile}: {c[SUPPORTED]} supported, {c[CONTRADICTED]} contradicted, "
+            f"{c[INCONCLUSIVE]} inconclusive (95% interval too wide at this scale), {c[UNTESTABLE]} untestable "
+            f"(a precondition fails at this scale, e.g. the models are at chance), {c[NOT_RUN]} not run")
 
 
 def _num(x, digits: int = 3) -> str:
@@ -44,7 +51,8 @@ def evaluate_all(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Pa
     # each run with the fine-tuning families it runs (a subset may leave some out: signal's cpu, ch3_decoder)
     profile_runs = {run.run_id: frozenset(run.finetune) for run in runs(config)}
     reader = Results(config)  # every record checked once, before any claim uses it (leanlm.claims.results)
-    return [evaluate_claim(claim, config["profile"], config, profile_runs, draws=draws, reader=reader)
+    memo: dict = {}  # preconditions shared by several claims are judged once
+    return [evaluate_claim(claim, config["profile"], config, profile_runs, draws=draws, reader=reader, memo=memo)
             for claim in load_claims(claims_file)]
 
 
@@ -61,7 +69,7 @@ def to_frame(results: list[ClaimResult]) -> pd.DataFrame:
                 "estimate": iv.estimate if iv else None, "low": iv.low if iv else None, "high": iv.high if iv else None,
                 "region_low": p.part.region[0], "region_high": p.part.region[1],
                 "basis": iv.basis if iv else "", "verdict": p.verdict, "reason": p.reason,
-                "thesis_a": thesis[0], "thesis_b": thesis[1],
+                "preconditions": "; ".join(p.checked), "thesis_a": thesis[0], "thesis_b": thesis[1],
             })
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
@@ -74,10 +82,7 @@ def counts(results: list[ClaimResult]) -> dict[str, int]:
 
 
 def summary_lines(profile: str, results: list[ClaimResult]) -> list[str]:
-    c = counts(results)
-    head = (f"claims at profile {profile}: {c[SUPPORTED]} supported, {c[CONTRADICTED]} contradicted, "
-            f"{c[INCONCLUSIVE]} inconclusive (95% interval too wide at this scale), {c[NOT_RUN]} not run")
-    lines = [head]
+    lines = [count_line(profile, counts(results))]
     for cr in results:
         parts = ", ".join(f"{n} {v}" for v, n in sorted(cr.counts.items(), key=lambda kv: ORDER.index(kv[0])))
         lines.append(f"  {cr.verdict:<12} {cr.claim.id} ({parts})")
@@ -89,7 +94,9 @@ def markdown(profile: str, results: list[ClaimResult]) -> str:
            "A claim is supported or contradicted only when its 95% interval (paired bootstrap over evaluation "
            "examples and seeds; a paired t interval over seeds where no per-example data was kept) lies wholly "
            "inside or wholly outside the effects the claim allows; otherwise it is inconclusive at this scale "
-           "(DESIGN.md §8). Effects are \"how much better A is than B\" (see params/claims.yaml).", "",
+           "(DESIGN.md §8). A part is untestable when a precondition the claim needs does not hold at this scale "
+           "(e.g. every model at chance), or its interval has no width: it counts neither way. Effects are \"how "
+           "much better A is than B\" (see params/claims.yaml).", "",
            summary_lines(profile, results)[0], ""]
     for cr in results:
         c = cr.claim
@@ -102,13 +109,16 @@ def markdown(profile: str, results: list[ClaimResult]) -> str:
         for i, p in enumerate(cr.parts):
             thesis = p.part.thesis or (None, None)
             t = f"{_num(thesis[0])} / {_num(thesis[1])}" if any(v is not None for v in thesis) else ""
+            checked = f" (preconditions: {'; '.join(p.checked)})" if p.checked else ""
             if p.interval is None:
                 out.append(f"| {i + 1} | {p.label} | | | {p.part.effect} | | {_region(*p.part.region)} | | "
                            f"{p.verdict}: {p.reason} | {t} |")
                 continue
             iv = p.interval
+            why = f": {p.reason}" if p.reason else ""
             out.append(f"| {i + 1} | {p.label} | {_num(p.a)} | {_num(p.b)} | {p.part.effect} {_num(iv.estimate)} | "
-                       f"[{_num(iv.low)}, {_num(iv.high)}] | {_region(*p.part.region)} | {iv.basis} | {p.verdict} | {t} |")
+                       f"[{_num(iv.low)}, {_num(iv.high)}] | {_region(*p.part.region)} | {iv.basis} | "
+                       f"{p.verdict}{why}{checked} | {t} |")
         out.append("")
     return "\n".join(out)
 
@@ -154,6 +164,4 @@ def print_summary(profile: str) -> None:
     for row in claims.itertuples():
         print(f"  {row.claim:<{width}}  {row.claim_verdict}")
     c = {v: int((verdicts == v).sum()) for v in ORDER}
-    print(f"leanlm: claims at profile {profile}: {c[SUPPORTED]} supported, {c[CONTRADICTED]} contradicted, "
-          f"{c[INCONCLUSIVE]} inconclusive (95% interval too wide at this scale), {c[NOT_RUN]} not run; "
-          f"details: {path.with_suffix('.md')}")
+    print(f"leanlm: {count_line(profile, c)}; details: {path.with_suffix('.md')}")

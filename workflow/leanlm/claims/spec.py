@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from leanlm.errors import ConfigError
 
 EFFECTS = ("difference", "ratio", "factor")
 # A part's side: what one of the two compared quantities is.
-SIDE_KINDS = ("run", "prr", "peop", "baseline", "timing")
+SIDE_KINDS = ("run", "prr", "peop", "baseline", "timing", "constant")
 CONTEXT_METRIC = re.compile(r"^perplexity_ctx(\d+|@max|@min)$")
 
 
@@ -33,6 +33,7 @@ class Side:
     metric: str | None = None  # a run side's own metric (else the part's)
     family: str | None = None
     baseline: str | None = None
+    value: float | None = None  # constant: a fixed value in printed units
 
     @property
     def label(self) -> str:
@@ -44,6 +45,8 @@ class Side:
             return f"PEoP({self.runs[0]} vs {self.runs[1]})"
         if self.kind == "timing":
             return f"pretraining s/sample({self.runs[0]})"
+        if self.kind == "constant":
+            return f"{self.value:g}"
         return self.baseline.replace("_", " ")
 
 
@@ -59,6 +62,17 @@ class Part:
     test: str
     margin: float | None
     thesis: tuple[float | None, float | None] | None
+    conditions: tuple["Condition", ...] = ()  # what must hold before the part can be judged
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A precondition of a part (params/claims.yaml ``preconditions``): a comparison that must be supported
+    at the profile, else the part is untestable there, for ``reason``."""
+
+    name: str
+    reason: str
+    part: Part
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,8 @@ def _side(raw: Any) -> Side:
         return Side("peop", (raw["peop"], raw["sha"]))
     if "timing" in raw:
         return Side("timing", (raw["timing"],))
+    if "constant" in raw:
+        return Side("constant", (), value=float(raw["constant"]))
     return Side("baseline", (), baseline=raw["baseline"])
 
 
@@ -133,14 +149,41 @@ def _part(claim: dict, raw: dict, thesis, where: str) -> Part:
                 margin=margin, thesis=tuple(thesis) if thesis is not None else None)
 
 
-def _check_names(claim: Claim, source: Path, matrix: dict) -> None:
+EXPERIMENT = "{experiment}-"  # in a precondition's run ids: the guarded part's experiment
+
+
+def _condition(name: str, raw: dict, guarded: Part, where: str) -> Condition:
+    """Precondition ``name`` for the part ``guarded``: its family, tasks and metric default to the part's,
+    and ``{experiment}-<run>`` names a run of the part's experiment."""
+    runs = [r for side in (guarded.a, guarded.b) for r in side.runs]
+    experiment = runs[0].split("-", 1)[0] if runs else None
+
+    def place(side):
+        if isinstance(side, str) or (isinstance(side, dict) and "run" in side):
+            run = side if isinstance(side, str) else side["run"]
+            if run.startswith(EXPERIMENT):
+                if experiment is None:
+                    raise ConfigError(f"{where}: precondition {name} names {run!r}, but the part has no run to take "
+                                      f"the experiment from")
+                run = experiment + "-" + run[len(EXPERIMENT):]
+            return run if isinstance(side, str) else {**side, "run": run}
+        return side
+
+    defaults = {"family": guarded.family, "metric": guarded.metric,
+                "tasks": list(guarded.tasks) if isinstance(guarded.tasks, tuple) else guarded.tasks}
+    body = {k: v for k, v in raw.items() if k != "reason"}
+    part = _part(defaults, {**body, "a": place(raw["a"]), "b": place(raw["b"])}, None, f"{where}, precondition {name}")
+    return Condition(name=name, reason=" ".join(raw["reason"].split()), part=part)
+
+
+def _check_names(claim: Claim, source: Path, matrix: dict, what: str | None = None) -> None:
     """Every run, family, task and metric a claim names exists (the matrix and the task tables)."""
     from leanlm.data.tasks import get_task, task_names
 
     runs = {f"{e}-{r}": x for e, x in matrix.items() for r in x["runs"]}
     known_tasks = set(task_names())
     for i, part in enumerate(claim.parts):
-        where = f"{source}: claim {claim.id}, part {i + 1}"
+        where = f"{source}: {what}" if what else f"{source}: claim {claim.id}, part {i + 1}"
         for side in (part.a, part.b):
             for run in side.runs:
                 if run not in runs:
@@ -174,6 +217,7 @@ def load_claims(path: str | Path | None = None, matrix: dict | None = None) -> l
     raw = _read_yaml(source)
     _validate(raw, _schema("claims.schema.json"), source)
     matrix = matrix if matrix is not None else load_matrix()
+    preconditions = raw.get("preconditions") or {}
     claims, seen = [], set()
     for entry in raw["claims"]:
         cid = entry["id"]
@@ -185,11 +229,31 @@ def load_claims(path: str | Path | None = None, matrix: dict | None = None) -> l
         if thesis is not None and len(thesis) != len(parts_raw):
             raise ConfigError(f"{source}: claim {cid} has {len(parts_raw)} parts but {len(thesis)} thesis pairs; "
                               "give one [A, B] per part (null where the thesis prints none)")
-        parts = tuple(_part(entry, p, thesis[i] if thesis else None, f"{source}: claim {cid}, part {i + 1}")
-                      for i, p in enumerate(parts_raw))
+        parts = []
+        for i, p in enumerate(parts_raw):
+            where = f"{source}: claim {cid}, part {i + 1}"
+            part = _part(entry, p, thesis[i] if thesis else None, where)
+            parts.append(_guarded(part, [*entry.get("requires", []), *p.get("requires", [])], preconditions, where))
+        parts = tuple(parts)
         claim = Claim(id=cid, chapter=entry["chapter"], where=entry["where"], quote=" ".join(entry["quote"].split()),
                       note=" ".join(entry.get("note", "").split()), quantifier=entry.get("quantifier", "every"),
                       parts=parts)
         _check_names(claim, source, matrix)
+        for i, part in enumerate(claim.parts):
+            for cond in part.conditions:
+                _check_names(Claim(id=cid, chapter=claim.chapter, where=claim.where, quote=claim.quote, note="",
+                                   quantifier="every", parts=(cond.part,)),
+                             source, matrix, what=f"claim {cid}, part {i + 1}, precondition {cond.name}")
         claims.append(claim)
     return claims
+
+
+def _guarded(part: Part, names: list[str], preconditions: dict, where: str) -> Part:
+    """``part`` with the preconditions ``names`` (the claim's, then the part's own) attached."""
+    conditions = []
+    for name in dict.fromkeys(names):
+        if name not in preconditions:
+            raise ConfigError(f"{where}: requires {name!r}, which is not among the file's preconditions "
+                              f"({', '.join(sorted(preconditions)) or 'none'})")
+        conditions.append(_condition(name, preconditions[name], part, where))
+    return replace(part, conditions=tuple(conditions))

@@ -32,6 +32,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "supported", "contradicted", "inconclusive", "not run"
+# A part this scale cannot judge: its precondition does not hold (e.g. every model at chance), or its
+# interval has no width although something was resampled (every draw gives the same effect: no evidence).
+UNTESTABLE = "untestable"
 DEFAULT_DRAWS = 2000
 LEVEL = 0.95
 
@@ -320,12 +323,23 @@ def seed_t_interval(measurements: Mapping[str, Measurement], effect, estimate: f
     return Interval(estimate, float(estimate - half), float(estimate + half), level, 0, "seeds")
 
 
+def degenerate(interval: Interval) -> bool:
+    """Whether something was resampled and yet every draw gave the same effect (a zero-width interval):
+    e.g. two models that score 0 on every example. Such an interval decides nothing."""
+    if interval.basis in ("none", "undefined") or not np.isfinite([interval.low, interval.high]).all():
+        return False
+    return interval.width <= 1e-12 * max(1.0, abs(interval.estimate))
+
+
 def verdict(interval: Interval, region: tuple[float, float]) -> str:
     """Supported when the whole interval lies in the claim's region of effects (low, high), contradicted
-    when none of it does, inconclusive otherwise or when nothing was resampled (DESIGN.md §8)."""
+    when none of it does, inconclusive otherwise or when nothing was resampled (DESIGN.md §8); untestable
+    when the interval is degenerate (:func:`degenerate`)."""
     low, high = region
     if interval.basis in ("none", "undefined") or not np.isfinite([interval.low, interval.high]).all():
         return INCONCLUSIVE
+    if degenerate(interval):
+        return UNTESTABLE
     if interval.low > low and interval.high < high:
         return SUPPORTED
     if interval.high <= low or interval.low >= high:
@@ -338,11 +352,15 @@ def combine(verdicts: Sequence[str], quantifier: str) -> str:
 
     ``every``: supported when every part is, contradicted when any part is. ``most``: supported when
     more than half the parts are, contradicted when at least half are (then "most" cannot hold).
-    Parts not run are left out; a claim none of whose parts ran is not run.
+    Parts not run are left out; a claim none of whose parts ran is not run. An untestable part counts
+    neither way: it keeps "every" from being supported and counts against a majority, but contradicts
+    nothing; a claim whose run parts are all untestable is untestable.
     """
     parts = [v for v in verdicts if v != NOT_RUN]
     if not parts:
         return NOT_RUN
+    if all(v == UNTESTABLE for v in parts):
+        return UNTESTABLE
     n_sup, n_con = parts.count(SUPPORTED), parts.count(CONTRADICTED)
     if quantifier == "every":
         if n_con:

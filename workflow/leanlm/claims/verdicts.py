@@ -17,8 +17,8 @@ import numpy as np
 
 from leanlm.claims import results as res
 from leanlm.claims.spec import Claim, Part, Side
-from leanlm.claims.stats import (DEFAULT_DRAWS, INCONCLUSIVE, NOT_RUN, Interval, Measurement, combine,
-                                 paired_bootstrap, verdict)
+from leanlm.claims.stats import (DEFAULT_DRAWS, INCONCLUSIVE, NOT_RUN, SUPPORTED, UNTESTABLE, Interval,
+                                 Measurement, combine, degenerate, paired_bootstrap, verdict)
 from leanlm.reporting.derived import display_scale, lower_is_better, peop, prr
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,7 @@ class PartResult:
     a: float | None = None
     b: float | None = None
     reason: str = ""
+    checked: list[str] = field(default_factory=list)  # each precondition and how it came out
 
 
 @dataclass
@@ -83,6 +84,8 @@ class _Sides:
             pa = self.results.attention_parameters(side.runs[0], family)
             pb = self.results.attention_parameters(side.runs[1], family)
             return (lambda d: np.asarray(peop(fa(d), fb(d), pa, pb, inverse=lower), dtype=float)), False
+        if side.kind == "constant":  # printed units, like the scaled scores; its direction is the other side's
+            return (lambda d: np.full(len(next(iter(d.values()))) if d else 1, side.value)), None
         if side.kind == "timing":
             key = f"{side.runs[0]}|pretrain"
             self.measurements[key] = self.results.pretraining_time(side.runs[0])
@@ -144,10 +147,11 @@ def _families_not_run(part: Part, profile_runs: Mapping[str, frozenset[str]] | s
 
 def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
                   tasks: list[str] | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0,
-                  results: res.Results | None = None) -> PartResult:
+                  results: res.Results | None = None, memo: dict | None = None) -> PartResult:
     """``profile_runs``: the profile's runs, each with the fine-tuning families it runs (or a set of ids);
-    ``results``: the profile's results reader (one per evaluation, so each record is checked once)."""
-    label = f"{part.a.label} vs {part.b.label}" + (f" on {part.family}" if part.family != "pretrain" else "")
+    ``results``: the profile's results reader (one per evaluation, so each record is checked once);
+    ``memo``: precondition results already computed (shared by the parts of one evaluation)."""
+    label = f"{part.a.label} vs {part.b.label}" + _where(part, tasks)
     absent = sorted(r for side in (part.a, part.b) for r in side.runs if r not in profile_runs)
     if absent:
         return PartResult(part, label, NOT_RUN, reason=f"not run at this profile: {', '.join(absent)}")
@@ -156,25 +160,69 @@ def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[
     if unrun:
         subset = f" (subset {config['subset']})" if config.get("subset") else ""
         return PartResult(part, label, NOT_RUN, reason=f"not run at this profile{subset}: {', '.join(unrun)}")
+    results = results if results is not None else res.Results(config)
+    checked, unmet = [], None
+    for cond in part.conditions:
+        held = _precondition(cond, part, profile, config, profile_runs, tasks, draws, results, memo)
+        checked.append(f"{cond.name}: {held.verdict}" + (f" ({_summary(held)})" if held.interval else
+                                                         f" ({held.reason})" if held.reason else ""))
+        if held.verdict != SUPPORTED and unmet is None:
+            unmet = (f"untestable at this scale: {cond.reason} Precondition {cond.name} ({held.label}) is "
+                     f"{held.verdict}" + (f": {_summary(held)}" if held.interval else f": {held.reason}"))
+    if unmet:
+        return PartResult(part, label, UNTESTABLE, reason=unmet, checked=checked)
     try:
         tasks = tasks if tasks is not None else part_tasks(part, config)
-        sides = _Sides(results if results is not None else res.Results(config), part, tasks)
+        sides = _Sides(results, part, tasks)
         fa, lower_a = sides.side(part.a)
         fb, lower_b = sides.side(part.b)
     except res.Missing as why:
-        return PartResult(part, label, NOT_RUN, reason=str(why))
-    if lower_a != lower_b:
+        return PartResult(part, label, NOT_RUN, reason=str(why), checked=checked)
+    if lower_a is not None and lower_b is not None and lower_a != lower_b:
         raise ValueError(f"{label}: the two sides have opposite directions (one lower-is-better)")
-    effect = _effect(part, fa, fb, lower_a)
+    lower = lower_a if lower_a is not None else bool(lower_b)
+    effect = _effect(part, fa, fb, lower)
     interval = paired_bootstrap(sides.measurements, effect, draws=draws, seed=seed)
     observed = {k: np.array([m.value]) for k, m in sides.measurements.items()}
     a, b = float(fa(observed)[0]), float(fb(observed)[0])
-    return PartResult(part, label, verdict(interval, part.region), interval, a, b)
+    outcome = verdict(interval, part.region)
+    reason = ("untestable at this scale: every resample gives the same effect (a zero-width interval, e.g. both "
+              "sides score 0 on every example), which is no evidence either way") if degenerate(interval) else ""
+    return PartResult(part, label, outcome, interval, a, b, reason=reason, checked=checked)
+
+
+def _where(part: Part, tasks: list[str] | None) -> str:
+    """" on <family>" and the tasks the part reads, where it names them (two lm parts differ only there)."""
+    if part.family == "pretrain":
+        return ""
+    named = tasks if tasks is not None else (list(part.tasks) if isinstance(part.tasks, tuple) else None)
+    return f" on {part.family}" + (f" ({', '.join(named)})" if named else "")
+
+
+def _summary(result: PartResult) -> str:
+    iv = result.interval
+    return f"effect {iv.estimate:.4g} [{iv.low:.4g}, {iv.high:.4g}], allowed {result.part.region}"
+
+
+def _precondition(cond, guarded: Part, profile: str, config: dict, profile_runs, tasks, draws: int,
+                  results: res.Results, memo: dict | None) -> PartResult:
+    """The precondition's own verdict for the guarded part (with the part's tasks where it takes them)."""
+    own = cond.part
+    same_tasks = own.tasks == guarded.tasks
+    key = (cond.name, own, tuple(tasks) if (same_tasks and tasks is not None) else None)
+    if memo is not None and key in memo:
+        return memo[key]
+    held = evaluate_part(own, profile, config, profile_runs, tasks if same_tasks else None, draws=draws,
+                         seed=0, results=results)
+    if memo is not None:
+        memo[key] = held
+    return held
 
 
 def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
-                   draws: int = DEFAULT_DRAWS, reader: res.Results | None = None) -> ClaimResult:
+                   draws: int = DEFAULT_DRAWS, reader: res.Results | None = None, memo: dict | None = None) -> ClaimResult:
     reader = reader if reader is not None else res.Results(config)
+    memo = memo if memo is not None else {}
     results = []
     for i, part in enumerate(claim.parts):
         if part.tasks == "each":
@@ -184,11 +232,11 @@ def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mappi
                 results.append(PartResult(part, f"{part.a.label} vs {part.b.label}", NOT_RUN, reason=str(why)))
                 continue
             for task in tasks:
-                r = evaluate_part(part, profile, config, profile_runs, [task], draws=draws, seed=i, results=reader)
-                r.label += f" [{task}]"
-                results.append(r)
+                results.append(evaluate_part(part, profile, config, profile_runs, [task], draws=draws, seed=i,
+                                             results=reader, memo=memo))
         else:
-            results.append(evaluate_part(part, profile, config, profile_runs, draws=draws, seed=i, results=reader))
+            results.append(evaluate_part(part, profile, config, profile_runs, draws=draws, seed=i, results=reader,
+                                         memo=memo))
     outcome = combine([r.verdict for r in results], claim.quantifier)
     if outcome == NOT_RUN and not results:
         outcome = INCONCLUSIVE

@@ -1,0 +1,159 @@
+"""Untestable is a verdict of its own (issue 27, item 2): a part whose precondition fails at a profile, or
+whose interval has no width, is "untestable at this scale" with the reason, and never counts as supported
+or contradicted. The cases the issue found: every ch. 4 model scores LAMBADA 0 (a [0, 0] interval called a
+claim contradicted), collapsed models made equivalence claims "supported", models at chance made
+"far below" claims "contradicted"."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+
+from leanlm.claims.spec import load_claims
+from leanlm.claims.stats import (CONTRADICTED, INCONCLUSIVE, NOT_RUN, SUPPORTED, UNTESTABLE, Interval, combine,
+                                 verdict)
+from leanlm.errors import ConfigError
+from test_claims import BASE, _write_run
+
+
+def _claims_file(root, claims, preconditions=None):
+    path = root / "params" / "test_claims.yaml"
+    doc = {"claims": claims} if preconditions is None else {"preconditions": preconditions, "claims": claims}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+REGIME = {"a": "{experiment}-lsh_pool", "b": "{experiment}-md5_pool", "test": "better",
+          "reason": "The reference must beat the weaker model on this benchmark before the claim can be judged."}
+
+
+def _config(root):
+    from leanlm.config import load_config
+
+    return load_config(root / "params" / "smoke.yaml")
+
+
+def _evaluate(root, path):
+    from leanlm.claims.report import evaluate_all
+
+    return evaluate_all(_config(root), draws=300, claims_file=path)
+
+
+def test_a_failed_precondition_makes_the_part_untestable_with_its_reason(scratch_root):
+    config = _config(scratch_root)
+    tasks = config["finetune"]["glue"]["tasks"]
+    _write_run(scratch_root, config, "ch2_hashformers-lsh_pool", 0.85, tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-md5_pool", 0.60, tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-lsh_add", 0.85, tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-md5_add", 0.55, tasks=tasks)
+    clear_win = [["ch2_hashformers-lsh_add", "ch2_hashformers-md5_add"]]
+    path = _claims_file(scratch_root, [
+        {**BASE, "id": "ch2_judged", "pairs": clear_win, "requires": ["pool_in_regime"]},
+        {**BASE, "id": "ch2_not_judged", "pairs": clear_win, "requires": ["pool_reversed"]},
+        {**BASE, "id": "ch2_loss_not_judged", "pairs": [list(reversed(clear_win[0]))], "requires": ["pool_reversed"]},
+    ], {"pool_in_regime": REGIME,
+        "pool_reversed": {**REGIME, "a": "{experiment}-md5_pool", "b": "{experiment}-lsh_pool"}})
+    judged, not_judged, loss = _evaluate(scratch_root, path)
+    assert judged.verdict == SUPPORTED
+    assert judged.parts[0].checked[0].startswith("pool_in_regime: supported (effect")
+    for result in (not_judged, loss):  # a clear win and a clear loss alike: neither counts
+        assert result.verdict == UNTESTABLE and result.parts[0].interval is None
+        reason = result.parts[0].reason
+        assert reason.startswith("untestable at this scale: The reference must beat the weaker model")
+        assert "Precondition pool_reversed (ch2_hashformers-md5_pool vs ch2_hashformers-lsh_pool on glue) is contradicted" in reason
+
+
+def test_a_zero_width_interval_is_never_a_verdict(scratch_root):
+    """Both models wrong on every example: the interval is [0, 0], which says nothing."""
+    for run_id in ("ch2_hashformers-lsh_proj", "ch2_hashformers-md5_proj"):
+        _write_run(scratch_root, _config(scratch_root), run_id, 0.0, tasks=["sst2"])
+    path = _claims_file(scratch_root, [{**BASE, "id": "ch2_both_at_zero", "tasks": ["sst2"], "metric": "accuracy",
+                                        "pairs": [["ch2_hashformers-lsh_proj", "ch2_hashformers-md5_proj"]]}])
+    (result,) = _evaluate(scratch_root, path)
+    part = result.parts[0]
+    assert (part.a, part.b) == (0.0, 0.0) and part.interval.low == part.interval.high == 0.0
+    assert part.verdict == UNTESTABLE and result.verdict == UNTESTABLE
+    assert "zero-width interval" in part.reason
+
+
+def test_the_report_shows_untestable_parts_and_their_preconditions(scratch_root, capsys):
+    from leanlm.claims.report import main, print_summary
+
+    for run_id, rate in (("ch2_hashformers-lsh_pool", 0.6), ("ch2_hashformers-md5_pool", 0.85),
+                         ("ch2_hashformers-lsh_add", 0.85), ("ch2_hashformers-md5_add", 0.55)):
+        _write_run(scratch_root, _config(scratch_root), run_id, rate, tasks=["sst2"])
+    path = _claims_file(scratch_root, [
+        {**BASE, "id": "ch2_not_judged", "tasks": ["sst2"], "pairs": [["ch2_hashformers-lsh_add", "ch2_hashformers-md5_add"]],
+         "requires": ["pool_in_regime"]}], {"pool_in_regime": REGIME})
+    main(_config(scratch_root), draws=200, claims_file=path)
+    table = scratch_root / "paper_tables" / "smoke"
+    row = pd.read_csv(table / "claims.csv").iloc[0]
+    assert row["verdict"] == UNTESTABLE and row["preconditions"].startswith("pool_in_regime: contradicted")
+    assert "on glue (sst2)" in row["comparison"]  # a part names its task
+    md = (table / "claims.md").read_text()
+    assert "## ch2_not_judged: **untestable**" in md and "untestable at this scale: The reference must" in md
+    assert r"untest." in (table / "claims.tex").read_text()
+    capsys.readouterr()
+    print_summary("smoke")
+    assert "0 supported, 0 contradicted, 0 inconclusive (95% interval too wide at this scale), 1 untestable" \
+        in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("verdicts, quantifier, expected", [
+    ([SUPPORTED, UNTESTABLE], "every", INCONCLUSIVE),      # "every" cannot be shown with a part unjudged
+    ([CONTRADICTED, UNTESTABLE], "every", CONTRADICTED),   # a judged counterexample still refutes it
+    ([UNTESTABLE, UNTESTABLE, NOT_RUN], "every", UNTESTABLE),
+    ([SUPPORTED, SUPPORTED, UNTESTABLE], "most", SUPPORTED),
+    ([SUPPORTED, UNTESTABLE, UNTESTABLE], "most", INCONCLUSIVE),  # untestable parts count against "most"
+    ([NOT_RUN], "every", NOT_RUN),
+])
+def test_untestable_parts_count_neither_way(verdicts, quantifier, expected):
+    assert combine(verdicts, quantifier) == expected
+
+
+def test_a_degenerate_interval_is_untestable_but_nothing_resampled_is_inconclusive():
+    flat = Interval(estimate=0.0, low=0.0, high=0.0, level=0.95, draws=100, basis="examples")
+    assert verdict(flat, (0.0, float("inf"))) == UNTESTABLE
+    assert verdict(Interval(0.0, 0.0, 0.0, 0.95, 0, "none"), (0.0, float("inf"))) == INCONCLUSIVE
+    assert verdict(Interval(3.0, 2.0, 4.0, 0.95, 100, "examples"), (0.0, float("inf"))) == SUPPORTED
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"requires": ["nowhere"]}, r"requires .nowhere., which is not among the file.s preconditions \(pool_in_regime\)"),
+])
+def test_a_claim_naming_an_unknown_precondition_fails_loudly(scratch_root, change, message):
+    path = _claims_file(scratch_root, [{**BASE, "id": "ch2_bad", "pairs": [["ch2_hashformers-lsh_add",
+                                                                           "ch2_hashformers-md5_add"]], **change}],
+                        {"pool_in_regime": REGIME})
+    with pytest.raises(ConfigError, match=message):
+        load_claims(path)
+
+
+def test_a_precondition_naming_an_unknown_run_fails_loudly(scratch_root):
+    path = _claims_file(scratch_root, [{**BASE, "id": "ch2_bad", "pairs": [["ch2_hashformers-lsh_add",
+                                                                           "ch2_hashformers-md5_add"]],
+                                        "requires": ["typo"]}],
+                        {"typo": {**REGIME, "a": "{experiment}-lsh_poool"}})
+    with pytest.raises(ConfigError, match=r"claim ch2_bad, part 1, precondition typo: unknown run 'ch2_hashformers-lsh_poool'"):
+        load_claims(path)
+
+
+def test_the_shipped_claims_guard_what_the_issue_lists():
+    """The preconditions of params/claims.yaml: ch. 4 perplexity claims need the regime, NLU claims a
+    reference above Majority, LAMBADA claims accuracy above 0, MHE claims MHA above SHA (on the part's own
+    benchmark, in the part's own experiment)."""
+    claims = {c.id: c for c in load_claims()}
+    names = lambda cid: {cond.name for p in claims[cid].parts for cond in p.conditions}  # noqa: E731
+    assert names("ch4_skip_perplexity_explodes") == {"ch4_lm_in_regime"}
+    assert names("ch4_hybrids_match_standard") == {"ch4_lm_in_regime", "ch4_nlu_above_majority"}
+    assert names("ch4_static_emb_qk_beats_fixed_patterns_on_lambada") == {"ch4_lambada_above_zero"}
+    assert names("ch4_uniform_mlp_near_random_nlu") == {"ch4_nlu_above_majority"}
+    for part in claims["ch3_mhe_above_sha_everywhere"].parts:
+        (cond,) = part.conditions
+        experiment = part.a.runs[0].split("-")[0]
+        assert cond.part.a.runs == (f"{experiment}-mha",) and cond.part.b.runs == (f"{experiment}-sha",)
+        assert (cond.part.family, cond.part.tasks) == (part.family, part.tasks)
+    for part in claims["ch4_hybrids_match_standard"].parts:
+        (cond,) = part.conditions
+        assert cond.name == ("ch4_lm_in_regime" if part.metric == "word_perplexity" else "ch4_nlu_above_majority")
