@@ -30,8 +30,11 @@ Variants and their ``embedding_options`` (defaults in brackets):
 Every hash variant takes ``special_tokens`` [5]: ids below it are the codebook's fixed special rows
 ([PAD], [UNK], [CLS], [SEP], [MASK]), embedded from a small table of their own that Appendix 2.8
 does not count; every other id is a regular token, and the HashFormers add one learned shared
-"regular token" vector to its hash embedding (DESIGN §8: the official code's sixth special row; with
-it the counts are exactly the thesis's 99.1K / 197.4K / 797.2K). ProFormer, BERT-Hash and EELBERT
+"regular token" vector to its hash embedding (DESIGN §8: the official code's sixth special row of Pool,
+Add and Proj; with it the counts are exactly the thesis's 99.1K / 197.4K / 797.2K). The official Emb has
+no such row (a plain 50,265-row word table); ours gives Emb the vector too, so Emb (1K) has Pool's 1,038
+rows. A special token gets its own row and no hash part; the official Add also adds to every special
+token the same offset (its bit-0 vectors summed), see docs/design-notes.md. ProFormer, BERT-Hash and EELBERT
 live in :mod:`leanlm.modeling.projection_embeddings` (loaded with :mod:`leanlm.modeling.embeddings`).
 
 ``embedding_parameter_count()`` on each variant is Appendix 2.8's #Emb: the parameters that retrieve
