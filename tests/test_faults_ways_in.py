@@ -18,21 +18,14 @@ from __future__ import annotations
 
 import json
 import re
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from leanlm.errors import ConfigError, DataError
+from test_lm_eval_adapter import make_model, tokenizer  # noqa: F401 (a fixture)
 
-REPO = Path(__file__).resolve().parents[1]
-TEXTS = ["the cat sat on the mat", "a dog ran in the park", "the sky is blue today"]
 ROWS = [{"query": "the cat sat on the", "choices": ["mat", "dog"], "label": 0},
         {"query": "the sky is", "choices": ["hot", "blue"], "label": 1}]
 EVIL = '''
@@ -45,26 +38,6 @@ def process_docs(dataset):
 
 
 # ----------------------------------------------------------------------------- 1. lm-eval task folder
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(TEXTS, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]))
-    return tok
-
-
-class TinyLM(torch.nn.Module):
-    """The causal-LM protocol lm-eval's adapter reads: logits (B, L, V) and config.max_position."""
-
-    def __init__(self, vocab: int):
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab, vocab)
-        self.config = type("Config", (), {"max_position": 16})()
-
-    def forward(self, input_ids, attention_mask=None):
-        return {"logits": self.embed(input_ids)}
-
-
 @pytest.fixture
 def standins(tmp_path, monkeypatch):
     """A stand-in folder as the tasks stage writes it, and the marker file a payload would write."""
@@ -82,7 +55,7 @@ def standins(tmp_path, monkeypatch):
 def evaluate(tokenizer, folder, name="leanlm_definition"):
     from leanlm.evaluation.lm_eval_adapter import run_lm_eval
 
-    return run_lm_eval(TinyLM(tokenizer.get_vocab_size()), tokenizer, [name], str(folder), batch_size=2)
+    return run_lm_eval(make_model(tokenizer), tokenizer, [name], str(folder), batch_size=2)
 
 
 def test_an_untouched_standin_is_evaluated(tokenizer, standins):
