@@ -220,35 +220,50 @@ def _hf_config(config: ModelConfig, kind: str, num_labels: int | None) -> dict[s
     return hf
 
 
-def export_hf(directory: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Write the checkpoint in ``directory`` as a Hugging Face BERT model into ``out_dir``.
-
-    Only MHA models with ``n_heads * head_dim == d_model`` and BERT's position numbering have a
-    Hugging Face equivalent; anything else raises ConfigError saying why.
-    """
-    directory, out_dir = Path(directory), Path(out_dir)
-    meta = read_checkpoint_meta(directory)
-    kind = meta["kind"]
-    model = load_model(directory, kind=kind)
-    config: ModelConfig = model.config
+def check_hf_bert(config: ModelConfig, where: str) -> None:
+    """Raise ConfigError saying why a model of ``config`` has no Hugging Face BERT equivalent, if it has none:
+    only MHA models with ``n_heads * head_dim == d_model``, learned positions and token types, and BERT's
+    position numbering map."""
     if config.attention != "mha":
-        raise ConfigError(f"{directory}: attention={config.attention!r} cannot be exported to "
+        raise ConfigError(f"{where}: attention={config.attention!r} cannot be exported to "
                           f"Hugging Face BERT, which has no such attention (only 'mha' maps)")
     if config.n_heads * config.head_dim != config.d_model:
-        raise ConfigError(f"{directory}: n_heads*head_dim={config.n_heads * config.head_dim} != "
+        raise ConfigError(f"{where}: n_heads*head_dim={config.n_heads * config.head_dim} != "
                           f"d_model={config.d_model}; Hugging Face BERT requires them equal")
     if config.positions != "learned" or config.type_vocab_size == 0:
-        raise ConfigError(f"{directory}: positions={config.positions!r}, type_vocab_size={config.type_vocab_size} "
+        raise ConfigError(f"{where}: positions={config.positions!r}, type_vocab_size={config.type_vocab_size} "
                           f"has no Hugging Face BERT equivalent, which has learned position and token-type tables")
     if config.position_offset != 0:
-        raise ConfigError(f"{directory}: position_offset={config.position_offset} (RoBERTa-style) "
+        raise ConfigError(f"{where}: position_offset={config.position_offset} (RoBERTa-style) "
                           f"has no Hugging Face BERT equivalent; only BERT numbering (0) exports")
+
+
+def hf_bert(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``(config.json fields, weights by Hugging Face name)`` of a BERT model (MLM or classifier) in
+    Hugging Face BERT's layout, in memory: what :func:`export_hf` writes, and what the GPU check's
+    ``transformers`` twin is built from (:mod:`leanlm.modeling.hf_twins`)."""
+    config: ModelConfig = model.config
+    check_hf_bert(config, where)
     tensors, _ = _deduplicated_state(model)
     try:
         hf_tensors = {_hf_name(k): v for k, v in tensors.items() if k != "decoder.weight"}
     except KeyError as err:
-        raise LeanLMError(f"{directory}: {err.args[0]}; the exporter does not know this layer") from None
+        raise LeanLMError(f"{where}: {err.args[0]}; the exporter does not know this layer") from None
+    return _hf_config(config, model_kind(model), getattr(model, "num_labels", None)), hf_tensors
+
+
+def export_hf(directory: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write the checkpoint in ``directory`` as a Hugging Face BERT model into ``out_dir``.
+
+    Only models :func:`check_hf_bert` accepts have a Hugging Face equivalent; anything else raises
+    ConfigError saying why.
+    """
+    directory, out_dir = Path(directory), Path(out_dir)
+    meta = read_checkpoint_meta(directory)
+    check_hf_bert(ModelConfig.from_dict(meta["model"], where=str(directory)), str(directory))
+    model = load_model(directory, kind=meta["kind"])
+    hf_config, hf_tensors = hf_bert(model, str(directory))
     with atomic_path(out_dir / WEIGHTS_NAME, suffix=".safetensors") as tmp:
         save_file(hf_tensors, str(tmp), metadata={"format": "pt"})
-    write_json(out_dir / CONFIG_NAME, _hf_config(config, kind, getattr(model, "num_labels", None)))
+    write_json(out_dir / CONFIG_NAME, hf_config)
     return out_dir
