@@ -66,6 +66,8 @@ def test_bench_flops_are_the_budgets():
     (["--run", "ch4_uniform-standard", "--params", "params/smoke.yaml"], "causal_lm", "standard"),
     (["--run", "ch4_uniform-approximate", "--params", "params/smoke.yaml"], "causal_lm", "approximate"),
     (["--size", "tiny", "--attention", "mhe_mul", "--prefetch", "0"], "mlm", "mhe_mul"),
+    # FixedSeqQK needs its fixed text before a forward pass: random ids here, as the rows are
+    (["--run", "ch4_uniform-fixed_seq_qk", "--params", "params/smoke.yaml"], "causal_lm", "fixed_seq_qk"),
 ])
 def test_bench_command_reports_its_fields_on_cpu(tmp_path, capsys, args, objective, attention):
     out = tmp_path / "bench.json"
@@ -117,3 +119,16 @@ def test_the_gpu_commands_in_docs_are_valid_bench_commands():
         assert args.config in BENCH_CONFIGS, command
         configs.add(args.config)
     assert configs == set(BENCH_CONFIGS)  # every named configuration has its command there
+
+
+def test_loop_only_builds_one_model_and_times_the_first_step_apart(monkeypatch):
+    """The GPU check's large models: the loop alone (no step-on-prebuilt-batches phase, whose model would be
+    built and compiled a second time), with step 0's wall time (the compile, when compiled) reported apart."""
+    import leanlm.benchmarks.pretraining as bench
+
+    built, real = [], bench.build_model
+    monkeypatch.setattr(bench, "build_model", lambda *a, **k: built.append(a) or real(*a, **k))
+    result = bench.run_bench(size="tiny", batch_size=2, seq_len=16, steps=2, warmup=1, device="cpu", loop_only=True)
+    assert len(built) == 1
+    assert result["step_ms"] is None and result["step_mfu"] is None and result["step_tokens_per_s"] is None
+    assert result["loop_ms"] > 0 and result["first_step_s"] > 0 and len(result["losses"]) == 3

@@ -14,7 +14,8 @@ clipping, the background prefetcher, ``compile``). Three clocks, each after ``wa
   ``max(batch_ms, step_ms)`` where the host has a core to spare, without it ``batch_ms + step_ms``.
 
 ``tokens_per_s`` and ``mfu`` come from ``loop_ms`` (``step_tokens_per_s``, ``step_mfu`` from
-``step_ms``). The clocks stop after the device has finished (the loop reads its losses back at the end).
+``step_ms``); ``first_step_s`` is step 0's wall time (torch.compile's compilation, when compiled). The
+model is initialised on the device that trains it. The clocks stop after the device has finished (the loop reads its losses back at the end).
 Packed rows are held in memory here, where a run gathers them from a memory-mapped token stream; on
 the dev machine the gather is a small part of ``batch_ms`` (the masking is most of it).
 
@@ -99,6 +100,15 @@ BENCH_CONFIGS: dict[str, dict[str, Any]] = {
                              "seq_len": 2048},
 }
 
+# What flops_per_token counts, for reports that carry the number (the GPU check's JSON).
+FLOPS_COUNTED = (
+    "forward + backward per token: 6 x non-embedding parameters (every matmul weight); 12 x seq_len x the sum "
+    "over layers of score maps x head dim (softmax attention's QK^T and AV; none for mixers without score "
+    "maps: Approximate's Taylor features, Non-approximate, FNet, Linear and MLP count their weights only); "
+    "6 x vocabulary x d_model x the predicted fraction (the LM head at the predicted positions: the masking "
+    "rate for MLM, all positions for causal LM). Norms, activations, softmax and the loss are not counted."
+)
+
 SPECIAL_IDS = 5  # ids 0-4 stand for the special tokens of the random rows ([PAD], [UNK], [CLS], [SEP], [MASK])
 
 
@@ -180,34 +190,52 @@ def _batches(objective: str, model_config: ModelConfig, rows: torch.Tensor, batc
     return CausalLMBatches(rows, batch_size=batch_size, grad_accum=1, seed=0)
 
 
+def _build(model_config: ModelConfig, head: str, device: torch.device, seed: int):
+    """The model, initialised on the device that trains it (on a GPU a 1.7B model initialises in
+    milliseconds, on the host in a minute). FixedSeqQK's fixed text is random ids here, as the rows are
+    (a run reads a real document)."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = build_model(model_config, head)
+    if getattr(getattr(model, "model", None), "qk_stream", None) == "text":
+        gen = torch.Generator().manual_seed(seed)
+        model.set_fixed_sequence(torch.randint(SPECIAL_IDS, model_config.vocab_size, (model_config.max_position,),
+                                               generator=gen))
+    return model
+
+
 def _clock() -> tuple[float, float]:
     """(wall, process CPU) seconds; CPU time counts every thread of the process, the prefetcher's too."""
     return time.perf_counter(), time.process_time()
 
 
 def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int,
-               device: torch.device) -> tuple[float, float, Trainer]:
+               device: torch.device) -> tuple[float, float, float | None, Trainer]:
     """(wall, CPU) seconds per step of a Trainer run over ``batch_at``, from the start of step ``warmup``
-    to the end."""
+    to the end; and the wall seconds of step 0 (to the start of step 1: torch.compile compiles there)."""
     starts: dict[int, tuple[float, float]] = {}
     trainer = Trainer(model, config, batch_at, None, on_step_start=lambda s: starts.setdefault(s, _clock()))
     trainer.fit()  # reads the losses back at the end: the device has finished
     _synchronize(device)
     (wall, cpu), (wall0, cpu0) = _clock(), starts[warmup]
     timed = config.total_steps - warmup
-    return (wall - wall0) / timed, (cpu - cpu0) / timed, trainer
+    first = starts[1][0] - starts[0][0] if 1 in starts else None
+    return (wall - wall0) / timed, (cpu - cpu0) / timed, first, trainer
 
 
 def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, seq_len: int = 128,
               steps: int = 20, device: str = "auto", dtype: str = "auto", *, warmup: int = 3,
               mask_prob: float = 0.15, compile: bool = False, prefetch: int = 2, seed: int = 0,
-              params: str | None = None, run: str | None = None, build_only: bool = False) -> dict[str, Any]:
+              params: str | None = None, run: str | None = None, build_only: bool = False,
+              loop_only: bool = False) -> dict[str, Any]:
     """Time pretraining steps (module docstring); returns the measurements.
 
     With ``run`` (and ``params``, the profile holding it) the model, objective and masking rate are that
     run's; otherwise a BERT ``size`` preset with ``attention`` trains MLM. ``dtype`` is the autocast
     precision (bf16 by default on CUDA, fp32 on CPU); weights and AdamW states stay fp32. ``build_only``
     times the batch building alone (no model: the host's side of a paper-size batch on any machine).
+    ``loop_only`` skips the step on batches built beforehand (its ``step_*`` fields are None): one model
+    built and, with ``compile``, compiled once instead of twice (the GPU check's large models).
     """
     if steps < 1 or warmup < 0 or batch_size < 1 or seq_len < 2 or prefetch < 0:
         raise ConfigError(f"bench needs steps>=1, warmup>=0, batch_size>=1, seq_len>=2, prefetch>=0; got "
@@ -250,21 +278,24 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
     if build_only:
         return {**head_fields, "build_only": True, "device": "cpu", "pinned": pin}
 
-    torch.manual_seed(seed)
-    model = build_model(model_config, head)
+    model = _build(model_config, head, dev, seed)
     train_config = TrainConfig(total_steps=total, lr=1e-4, warmup_steps=0, weight_decay=0.01,
                                precision=precision, log_every=total, progress=False, prefetch=0, compile=compile,
                                desc="bench")
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    # 2. The step on batches built beforehand.
-    step_seconds, step_cpu, _ = _timed_fit(model, train_config, lambda step, micro: built[step], warmup, dev)
+    step_seconds = step_cpu = None
+    if not loop_only:
+        # 2. The step on batches built beforehand. Its trainer (weights and AdamW moments on the device)
+        # is dropped before the loop's model is built: peak memory is one run's, not two.
+        step_seconds, step_cpu, _, trainer = _timed_fit(model, train_config, lambda step, micro: built[step],
+                                                        warmup, dev)
+        del trainer, model
+        model = _build(model_config, head, dev, seed)  # a fresh model: the loop starts where the step did
     del built
-    # 3. The loop as training runs it, batches built while it trains (a fresh model: the same start).
-    torch.manual_seed(seed)
-    model = build_model(model_config, head)
+    # 3. The loop as training runs it, batches built while it trains.
     loop_config = TrainConfig(**{**train_config.__dict__, "prefetch": prefetch})
-    loop_seconds, loop_cpu, loop_trainer = _timed_fit(model, loop_config, batches, warmup, dev)
+    loop_seconds, loop_cpu, first_step, loop_trainer = _timed_fit(model, loop_config, batches, warmup, dev)
     if dev.type == "cuda":
         peak_memory, memory_kind = torch.cuda.max_memory_allocated(dev), "cuda max_memory_allocated"
     else:
@@ -283,20 +314,21 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
         "matmul_precision": mm_precision,
         "compile": compile,
         "prefetch": prefetch,
-        "step_ms": 1000.0 * step_seconds,
+        "step_ms": 1000.0 * step_seconds if step_seconds is not None else None,
         "loop_ms": 1000.0 * loop_seconds,
+        "first_step_s": first_step,
         # CPU seconds of the whole process per step (all threads): on a shared machine, what the work
         # cost, where the wall clocks above also hold the time spent waiting for a core.
-        "step_cpu_ms": 1000.0 * step_cpu,
+        "step_cpu_ms": 1000.0 * step_cpu if step_cpu is not None else None,
         "loop_cpu_ms": 1000.0 * loop_cpu,
         "tokens_per_s": tokens / loop_seconds,
-        "step_tokens_per_s": tokens / step_seconds,
+        "step_tokens_per_s": tokens / step_seconds if step_seconds else None,
         "peak_memory_bytes": int(peak_memory),
         "peak_memory_kind": memory_kind,
         "flops_per_token": fpt,
         "peak_flops": peak,
         "mfu": fpt * tokens / loop_seconds / peak if peak else None,
-        "step_mfu": fpt * tokens / step_seconds / peak if peak else None,
+        "step_mfu": fpt * tokens / step_seconds / peak if peak and step_seconds else None,
         "params": total_parameters(model),
         "non_embedding_params": non_embedding_parameters(model),
         "attention_params": model_attention_parameters(model),
@@ -315,17 +347,20 @@ def format_report(result: dict[str, Any]) -> str:
     def pct(value):
         return f"{100 * value:.1f}%" if value is not None else "n/a"
 
+    def num(value, spec: str) -> str:  # a loop-only result has no step_* figures
+        return format(value, spec) if value is not None else "n/a"
+
     why = "" if result.get("peak_flops") else " (no peak known for this device and precision)"
     return "\n".join([
         f"{result['objective']} pretraining, {result['model']} on {result['device']} "
         f"({result['dtype']}, matmuls in {result['matmul_precision']}{', compiled' if result.get('compile') else ''})",
         f"  batch {result['batch_size']} x seq {result['seq_len']}, {result['steps']} timed steps "
         f"after {result['warmup']} warm-up, prefetch {result['prefetch']}",
-        f"  batch build {result['batch_ms']:.1f} ms/step | step {result['step_ms']:.1f} ms | "
+        f"  batch build {result['batch_ms']:.1f} ms/step | step {num(result['step_ms'], '.1f')} ms | "
         f"loop {result['loop_ms']:.1f} ms/step (wall)",
-        f"  CPU time: batch build {result['batch_cpu_ms']:.1f} | step {result['step_cpu_ms']:.1f} | "
+        f"  CPU time: batch build {result['batch_cpu_ms']:.1f} | step {num(result['step_cpu_ms'], '.1f')} | "
         f"loop {result['loop_cpu_ms']:.1f} ms/step (all threads)",
-        f"  {result['tokens_per_s']:,.0f} tokens/s (step alone {result['step_tokens_per_s']:,.0f}), "
+        f"  {result['tokens_per_s']:,.0f} tokens/s (step alone {num(result['step_tokens_per_s'], ',.0f')}), "
         f"MFU {pct(result['mfu'])} (step alone {pct(result['step_mfu'])}){why}",
         f"  peak memory {result['peak_memory_bytes'] / 2**20:,.0f} MiB ({result['peak_memory_kind']})",
         f"  {result['flops_per_token'] / 1e6:,.2f} MFLOP/token; params {result['params']:,} "
