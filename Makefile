@@ -4,6 +4,7 @@
 #   make test        # set up, then run the test suite (what .ci/run runs first)
 #   make rehearsal   # set up, then the rehearsal: the paper profile at tiny size on hub fixtures (.ci/run runs it)
 #   make mutate      # mutation testing of the core modules (docs/mutation-testing.md); not in CI
+#   make gpu-bundle  # what travels to a lent GPU machine for `leanlm gpu-check` (docs/gpu-check.md); not in CI
 # Hub datasets are unreachable offline; these variables make hub calls fail at once instead of
 # after a long timeout. Unset them for `make reproduce PARAMS=params/paper.yaml` with network.
 export HF_HUB_OFFLINE ?= 1
@@ -14,7 +15,7 @@ VENV ?= .venv
 PARAMS ?= params/smoke.yaml
 CORES ?= all
 
-.PHONY: setup reproduce validate test rehearsal analytic mutate clean
+.PHONY: setup reproduce validate test rehearsal analytic mutate gpu-bundle clean
 
 setup:
 	bash scripts/setup.sh
@@ -53,6 +54,12 @@ rehearsal: setup
 mutate:
 	LEANLM_EXTRAS=dev,dvc,lmeval,mutate bash scripts/setup.sh
 	PYTHON=$(abspath $(VENV))/bin/python JOBS=$${JOBS:-1} bash scripts/mutate.sh $(MUTANTS)
+
+# The folder a lent GPU machine's run carries (git-ignored): the smoke data, section 4's CPU fp32 reference and
+# wheels of what the device lacks; prints its size (under 40 MiB) and the exact device call (docs/gpu-check.md).
+GPU_BUNDLE ?= .gpu-bundle
+gpu-bundle: setup
+	$(VENV)/bin/leanlm gpu-bundle --out '$(GPU_BUNDLE)'
 
 clean:
 	rm -rf data/smoke models/smoke results/smoke paper_tables/smoke logs/smoke benchmarks/smoke .snakemake

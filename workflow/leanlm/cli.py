@@ -173,6 +173,40 @@ def cmd_budget(args) -> None:
         write_text(args.out, budget_mod.to_json(result))
 
 
+def cmd_gpu_check(args) -> None:
+    from pathlib import Path
+
+    from leanlm.errors import ConfigError
+
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch starts: the engine trains on any GPU it sees
+    import torch
+
+    from leanlm.benchmarks.gpucheck.check import parse_sections, run_check
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device cuda: torch {torch.__version__} sees no CUDA device here; use --device cpu "
+                          f"(with --tiny, what CI runs)")
+    if args.budget_s <= 0:
+        raise ConfigError(f"--budget-s must be > 0, got {args.budget_s}")
+    try:
+        sections = parse_sections(args.sections)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    run_check(Path(args.out), args.device, args.tiny, args.budget_s, sections,
+              Path(args.bundle) if args.bundle else None, sys.argv[1:])
+
+
+def cmd_gpu_bundle(args) -> None:
+    from pathlib import Path
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the reference is a CPU fp32 one, on any machine
+    from leanlm.benchmarks.gpucheck.bundle import build_bundle, report
+
+    record = build_bundle(Path(args.out), tiny=args.tiny, wheels=not args.no_wheels)
+    print(report(record, Path(args.out)))
+
+
 def cmd_mirror(args) -> None:
     from leanlm.data.mirror_fill import fill_mirror
 
@@ -306,6 +340,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="also write the per-run numbers as JSON here")
     p.set_defaults(func=cmd_budget)
 
+
+    p = sub.add_parser("gpu-check", help="the GPU check (docs/gpu-check.md): environment and SDPA kernels, BERT-base "
+                                         "and ch. 4 throughput and MFU, leanlm vs transformers, the pipeline's "
+                                         "commands; every sub-step recorded in OUT/gpu_check.json")
+    p.add_argument("--out", required=True, help="folder for gpu_check.json (and pipeline.log)")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="where to run (default cuda)")
+    p.add_argument("--tiny", action="store_true",
+                   help="every section at tiny sizes (what CI runs with --device cpu); without --bundle a tiny "
+                        "bundle is made first")
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="seconds for the whole check, shared by the sections (default 480: about eight minutes "
+                        "on an H100, compile included); a sub-step that would not fit is recorded as skipped")
+    p.add_argument("--bundle", default=None, help="the folder `make gpu-bundle` made (default: none; sections 4 and "
+                                                  "5 need one, except with --tiny)")
+    p.add_argument("--sections", default=None,
+                   help="only these sections, e.g. 1,4 or environment,correctness (default: all five)")
+    p.set_defaults(func=cmd_gpu_check)
+
+    p = sub.add_parser("gpu-bundle", help="prepare what travels to the GPU machine (make gpu-bundle): data, CPU "
+                                          "fp32 reference, wheels; prints its size and the device command")
+    p.add_argument("--out", default=".gpu-bundle", help="bundle folder, replaced whole (default .gpu-bundle)")
+    p.add_argument("--tiny", action="store_true", help="a tiny bundle, for `gpu-check --tiny --bundle`")
+    p.add_argument("--no-wheels", action="store_true", help="leave out the wheels (a bundle for this machine)")
+    p.set_defaults(func=cmd_gpu_bundle)
 
     p = sub.add_parser("mirror", help="fill the hub mirror (data.hub_mirror) with what the profile reads from the "
                                       "hub, on a machine with network, and report its size")

@@ -1,0 +1,128 @@
+"""Sections 2 and 3: training throughput through the real engine and input pipeline (``leanlm bench``).
+
+Section 2: BERT-base MLM (the paper profile's ``ch3_encoder-mha`` and ``ch3_encoder-mhe_mul``) at the
+paper's pretraining batch (128 x 512, read from params/paper.yaml), bf16 autocast, eager then compiled:
+ms per step, tokens/s, MFU, peak memory (:func:`leanlm.benchmarks.pretraining.run_bench`, whose batches
+are the MLM objective's own builder over packed random rows, built ahead by the prefetch thread).
+
+Section 3: ch. 4's 500M decoder (``ch4_uniform-<mixer>``) at the paper's micro-batch (16 x 2048) for every
+mixer, a few steps each; then one step of each distinct mixer of the largest pretraining run of the paper
+profile (most parameters x micro-batch tokens: the 1.7B decoders at 8 x 2048) to catch out-of-memory.
+
+``--tiny`` runs the same sub-steps on the smoke profile's runs with tiny batches; on a CPU the compiled
+sub-steps are recorded as skipped (inductor compiles for minutes on a CPU; tests/test_compile.py covers
+compiled training there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leanlm.benchmarks.pretraining import FLOPS_COUNTED, run_bench
+
+# Estimates of each sub-step's shortest run on an H100 (s), checked against the section's time left;
+# tiny sub-steps need a few seconds of a CPU core.
+NEED_S = {"eager": 20.0, "compiled": 90.0, "decoder": 20.0, "largest": 40.0}
+TINY_NEED_S = 3.0
+SECTION2_RUNS = ("ch3_encoder-mha", "ch3_encoder-mhe_mul")
+SECTION3_EXPERIMENT = "ch4_uniform"
+KEPT_LOSSES = 20  # per-step losses kept in the record (the first ones; run_bench's own list is longer)
+
+
+def _profile(ctx) -> str:
+    from leanlm import paths
+
+    return str(paths.params_dir() / ("smoke.yaml" if ctx.tiny else "paper.yaml"))
+
+
+def _settings(params: str, run_id: str) -> dict[str, Any]:
+    from leanlm.config import load_config
+    from leanlm.runs import get_run, pretrain_settings
+
+    config = load_config(params)
+    return pretrain_settings(config, get_run(config, run_id))
+
+
+def _bench(ctx, params: str, run_id: str, *, compile: bool, steps: int, warmup: int, loop_only: bool,
+           batch_size: int | None = None) -> dict[str, Any]:
+    settings = _settings(params, run_id)
+    batch = batch_size or settings["batch_size"]
+    if ctx.tiny:
+        batch = min(batch, 2)
+    result = run_bench(params=params, run=run_id, batch_size=batch, seq_len=settings["seq_len"], steps=steps,
+                       warmup=warmup, device=ctx.device.type, dtype="bf16", compile=compile, prefetch=2,
+                       loop_only=loop_only)
+    result["losses"] = result["losses"][:KEPT_LOSSES]
+    result["paper_batch_size"] = settings["batch_size"]
+    return result
+
+
+def _need(ctx, kind: str) -> float:
+    return TINY_NEED_S if ctx.tiny else NEED_S[kind]
+
+
+def section_bert(section, ctx) -> None:
+    """Section 2 (module docstring)."""
+    params = _profile(ctx)
+    steps, warmup = (2, 1) if ctx.tiny else (10, 3)
+    section.note("flops_counted", FLOPS_COUNTED)
+    section.note("profile", params)
+    # Both eager runs first: a compile costs a minute or more, and the budget may not hold all four.
+    for compiled in (False, True):
+        for run_id in SECTION2_RUNS:
+            attention = run_id.split("-", 1)[1]
+            step = f"{attention}_{'compiled' if compiled else 'eager'}"
+            if compiled and ctx.tiny and ctx.device.type == "cpu":
+                section.skip(step, "tiny CPU mode: torch.compile's inductor backend compiles for minutes on a "
+                                   "CPU (tests/test_compile.py covers compiled training there); runs on the device")
+                continue
+            # Compiled: the loop alone (one model compiled once; the eager sub-step has the step-alone figures).
+            section.run(step, lambda r=run_id, c=compiled: _bench(ctx, params, r, compile=c, steps=steps,
+                                                                  warmup=warmup, loop_only=c),
+                        _need(ctx, "compiled" if compiled else "eager"))
+
+
+def largest_runs(params: str) -> list[str]:
+    """The pretraining runs of the profile's largest micro-batch (most parameters x micro-batch tokens,
+    counted on the meta device), one per distinct mixer, Standard first."""
+    from leanlm.budget import pretrain_budget
+    from leanlm.config import load_config
+    from leanlm.runs import pretrain_settings, runs
+
+    config = load_config(params)
+    sized = []
+    for run in runs(config):
+        if run.objective in ("mlm", "causal_lm") and not run.evaluate_from:
+            settings = pretrain_settings(config, run)
+            weight = pretrain_budget(config, run).parameters * settings["batch_size"] * settings["seq_len"]
+            sized.append((weight, run))
+    top = max(weight for weight, _ in sized)
+    chosen: dict[str, str] = {}
+    for weight, run in sized:
+        if weight == top:
+            chosen.setdefault(run.model.get("attention", "mha"), run.run_id)
+    return sorted(chosen.values(), key=lambda r: (not r.endswith("-standard"), r))
+
+
+def section_decoder(section, ctx) -> None:
+    """Section 3 (module docstring)."""
+    from leanlm.modeling.mixers import CH4_VARIANTS
+
+    params = _profile(ctx)
+    steps, warmup = (1, 1) if ctx.tiny else (3, 2)
+    section.note("flops_counted", FLOPS_COUNTED)
+    section.note("profile", params)
+    for mixer in CH4_VARIANTS:
+        run_id = f"{SECTION3_EXPERIMENT}-{mixer}"
+        section.run(mixer, lambda r=run_id: _bench(ctx, params, r, compile=False, steps=steps, warmup=warmup,
+                                                   loop_only=True), _need(ctx, "decoder"))
+    try:
+        largest = largest_runs(params)
+    except Exception as exc:  # noqa: BLE001 - recorded; the mixers above already ran
+        section.skip("largest", f"could not pick the largest run: {type(exc).__name__}: {exc}")
+        return
+    section.note("largest_runs", largest)
+    for run_id in largest:
+        section.run(f"largest/{run_id}", lambda r=run_id: _bench(ctx, params, r, compile=False, steps=1,
+                                                                 warmup=0, loop_only=True),
+                    _need(ctx, "largest"))
