@@ -282,3 +282,19 @@ def test_a_bundle_whose_archive_changed_is_refused(tmp_path):
         Bundle.open(tmp_path)
     with pytest.raises(FileNotFoundError, match="make gpu-bundle"):
         Bundle.open(tmp_path / "missing")
+
+
+def test_sections_by_number_or_name_and_a_gpu_asked_for_where_there_is_none(capsys, monkeypatch):
+    from leanlm.cli import main
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # --device cpu sets it: restored afterwards
+
+    assert check.parse_sections("4, environment") == ("environment", "correctness")
+    assert check.parse_sections(None) == check.SECTION_NAMES
+    with pytest.raises(ValueError, match="'6' is not a section; use 1-5"):
+        check.parse_sections("6")
+    assert main(["gpu-check", "--device", "cpu", "--sections", "7", "--out", "unused"]) == 2
+    assert "'7' is not a section" in capsys.readouterr().err
+    if not torch.cuda.is_available():  # CI: no GPU, so --device cuda stops at once with a message
+        assert main(["gpu-check", "--device", "cuda", "--out", "unused"]) == 2
+        assert "sees no CUDA device here; use --device cpu" in capsys.readouterr().err

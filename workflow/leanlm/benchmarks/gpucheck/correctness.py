@@ -123,6 +123,6 @@ def _load(ctx) -> dict[str, Any]:
     if record["tiny"] != ctx.tiny:
         raise ValueError(f"the bundle's reference was made {'with' if record['tiny'] else 'without'} --tiny, "
                          f"the check runs {'with' if ctx.tiny else 'without'}; make the bundle again")
-    return {"bundle": str(bundle.root), "fresh": bundle.fresh,
+    return {"bundle": str(bundle.root), "fresh": bundle.fresh, "bundle_commit": bundle.record.get("commit"),
             "cpu_fp32_twin_max_rel_diff": {n: t["cpu_fp32_twin_max_rel_diff"] for n, t in record["twins"].items()},
             "cpu_fp32_twin_logits_rel_diff": {n: t["cpu_fp32_twin_logits_rel_diff"] for n, t in record["twins"].items()}}
