@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fake_wheels import write_fake_wheels
+from fake_wheels import pin_fake_wheels, write_fake_wheels
 from leanlm.benchmarks.gpucheck import check, device, record as rec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +54,8 @@ def _device_like_env(tmp: Path) -> dict[str, str]:
     write_fake_wheels(tmp / "cache" / "packages")  # the packaged source's wheels, offline
     env = {k: v for k, v in os.environ.items() if k not in ("LEANLM_ROOT", "PYTHONPATH")}
     env.update(LEANLM_CACHE=str(tmp / "cache"), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join([str(site), str(REPO / "workflow")]))
+               PYTHONPATH=os.pathsep.join([str(site), str(REPO / "workflow")]),
+               **pin_fake_wheels(tmp / "cache" / "packages"))  # the fetch checks every wheel against its pin
     return env
 
 
@@ -262,7 +263,7 @@ def test_what_travels_and_the_device_command():
     assert f"--target {device.SITE} .gpu-bundle/wheels/*.whl" in install and f"PYTHONPATH={device.SITE}:" in install
     args = build_parser().parse_args(rest.split(" 2>&1")[0].split()[3:])  # after `python3 -m leanlm.cli`
     assert (args.command, args.device, args.bundle, args.out) == ("gpu-check", "cuda", ".gpu-bundle", "$OUT")
-    assert args.budget_s == check.DEFAULT_BUDGET_S
+    assert check.budget_for(args.tiny, args.budget_s) == check.DEFAULT_BUDGET_S
     assert call["timeout_s"] >= check.DEFAULT_BUDGET_S + 60  # the check's budget, its start and the install
     assert json.dumps(call) in DOCS.read_text(encoding="utf-8").replace("\n", ""), "docs must show the exact call"
 

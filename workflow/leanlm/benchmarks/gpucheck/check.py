@@ -20,6 +20,16 @@ from leanlm.benchmarks.gpucheck.record import CheckRecord, error_record
 from leanlm.benchmarks.gpucheck.throughput import section_bert, section_decoder
 
 DEFAULT_BUDGET_S = 480.0
+# --tiny without --budget-s: the tiny run (CI's) checks that every sub-step works, so no sub-step may be
+# skipped for time on a loaded machine (under CI's load the reference step alone took 2 minutes).
+TINY_BUDGET_S = 3600.0
+
+
+def budget_for(tiny: bool, given: float | None) -> float:
+    """The check's budget: ``--budget-s`` where given, else the default of the mode."""
+    if given is not None:
+        return float(given)
+    return TINY_BUDGET_S if tiny else DEFAULT_BUDGET_S
 
 
 # (name, title, share of the budget, runner), in priority order.
