@@ -324,8 +324,12 @@ def _ddp_worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
 
     try:
         model = model_of_rank()
-        summary = Trainer(model, _ddp_config(), make_batch, Path(out_dir) / "run").fit()
+        trainer = Trainer(model, _ddp_config(), make_batch, Path(out_dir) / "run")
+        summary = trainer.fit()
         assert init_distributed()[:2] == (rank, world_size)
+        # Gradients are views into DDP's all-reduce buckets (no copy between them after each backward).
+        ddp = trainer.train_model
+        assert ddp.gradient_as_bucket_view and not summary["compiled"]  # compile "auto": eager on CPU
         with pytest.raises(Killed):
             Trainer(model_of_rank(), _ddp_config(), dies_at_4, Path(out_dir) / "killed").fit()
         resumed_model = model_of_rank()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import shutil
@@ -42,7 +43,7 @@ from leanlm.progress import progress
 
 from leanlm.errors import ConfigError, TrainingError
 from leanlm.io import write_error
-from leanlm.training import checkpointing, loss_readback
+from leanlm.training import checkpointing, compiling, loss_readback
 from leanlm.training.distributed import (
     all_reduce_sum,
     barrier,
@@ -54,6 +55,8 @@ from leanlm.training.prefetch import BatchPrefetcher, count_tokens
 from leanlm.training.schedules import schedule_fn
 from leanlm.training.train_config import _RUN_DEFINING, TrainConfig
 from leanlm.training.seeding import capture_rng_state, restore_rng_state, seed_everything
+
+log = logging.getLogger(__name__)
 
 def adamw_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two AdamW groups: decayed matrices and undecayed 1-D parameters.
@@ -107,6 +110,8 @@ class Trainer:
         self.local_accum = local_grad_accum(config.grad_accum, self.world_size, config.desc)
         self.model = model.to(self.device)
         self.autocast_dtype = _autocast_dtype(config.precision, self.device)
+        if self.device.type == "cuda":
+            log.info("%s: %s", config.desc, compiling.set_matmul_precision(self.device, config.precision))
         # On an accelerator the loss is read back only at the log/eval/checkpoint boundaries, not every
         # step (a read waits for the device); the fused AdamW skips an update on the device instead.
         self.deferred_checks = loss_readback.defers_checks(self.device)
@@ -117,9 +122,11 @@ class Trainer:
         self.multiplier = schedule_fn(
             config.schedule, config.total_steps, config.warmup_steps, config.num_cycles
         )
-        # DDP wraps in fit; compile (TrainConfig.compile) wraps the module that trains, not self.model,
-        # whose parameters, state_dict and evaluation stay those of the plain module.
-        self.train_model: nn.Module | None = None if self.world_size > 1 else _compiled(self.model, config.compile)
+        # Built in fit (DDP and compile need a batch to probe): DDP and compile (TrainConfig.compile) wrap
+        # the module that trains, not self.model, whose parameters, state_dict and evaluation stay those
+        # of the plain module.
+        self.train_model: nn.Module | None = None
+        self.compiled, self.compile_fallback = False, None
         self.readback = loss_readback.LossReadback(
             self.optimizer, self.deferred_checks, self.run_dir, config.lr
         )
@@ -143,7 +150,7 @@ class Trainer:
             seed_everything(cfg.seed + self.rank)  # per-rank streams: ranks draw different dropout
         self.optimizer.zero_grad(set_to_none=True)
         if self.train_model is None and st.step < cfg.total_steps and not st.stopped:
-            self.train_model = _compiled(self._wrap_ddp(), cfg.compile)  # not for a finished run: no batch to probe
+            self.train_model = self._training_module()  # not for a finished run: no batch to probe
         self.model.train()
         self._session_tokens, self._session_seconds = 0, 0.0
         self._bar = progress(
@@ -348,23 +355,48 @@ class Trainer:
         barrier()
 
     # -------------------------------------------------------------------------------- helpers
+    def _training_module(self) -> nn.Module:
+        """The module the loop trains: the model, wrapped in DDP on several processes, then compiled
+        when the run's ``compile`` setting asks for it on this device (eager if compiling fails)."""
+        module = self._wrap_ddp() if self.world_size > 1 else self.model
+        if not compiling.compile_wanted(self.config.compile, self.device):
+            return module
+        module, self.compile_fallback = compiling.compiled_or_eager(module, self._probe, self.config.desc)
+        self.compiled = self.compile_fallback is None
+        return module
+
+    def _probe(self, module: nn.Module, after_backward: Callable[[], None] | None = None) -> None:
+        """One forward/backward of ``module`` on this step's first micro-batch, leaving no trace: the RNG
+        streams are forked and the gradients discarded (``after_backward`` may read them first)."""
+        devices = [self.device.index] if self.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                batch = self._to_device(self.batch_at(self.state.step, self.rank))
+                with self._autocast():
+                    loss = _loss_of(module(**batch))
+                loss.backward()
+            if after_backward is not None:
+                after_backward()
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+
     def _wrap_ddp(self) -> DistributedDataParallel:
         """Wrap the model in DDP, with ``find_unused_parameters`` only if the model needs it.
 
         Some objectives leave parameters without a gradient (a pooler under MLM), which plain DDP
         rejects; the flag that allows it costs a graph traversal every step, so one probe
-        forward/backward (on this step's first micro-batch, RNG untouched, gradients discarded) decides.
+        forward/backward (:meth:`_probe`) decides. Gradients are views into DDP's all-reduce buckets
+        (``gradient_as_bucket_view``): no copy between the two after each backward, and one
+        gradient-sized buffer less in memory.
         """
+        unused = []
+        self._probe(self.model, lambda: unused.append(
+            sum(p.grad is None for p in self.model.parameters() if p.requires_grad)))
+        any_unused = all_reduce_sum(torch.tensor([float(unused[0])], device=self.device)).item() > 0
         devices = [self.device.index] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            batch = self._to_device(self.batch_at(self.state.step, self.rank))
-            with self._autocast():
-                _loss_of(self.model(**batch)).backward()
-        unused = sum(p.grad is None for p in self.model.parameters() if p.requires_grad)
-        self.optimizer.zero_grad(set_to_none=True)
-        any_unused = all_reduce_sum(torch.tensor([float(unused)], device=self.device)).item() > 0
         return DistributedDataParallel(
-            self.model, device_ids=devices or None, find_unused_parameters=any_unused
+            self.model, device_ids=devices or None, find_unused_parameters=any_unused,
+            gradient_as_bucket_view=True,
         )
 
     def _to_device(self, batch: Mapping[str, Any]) -> dict:
@@ -386,6 +418,9 @@ class Trainer:
             "best_step": st.best_step,
             "history": list(st.history),
             "resumed_from": self.resumed_from,
+            # Whether the module that trained was compiled (TrainConfig.compile), and if compiling failed, why.
+            "compiled": self.compiled,
+            "compile_fallback": self.compile_fallback,
         }
 
     def _autocast(self):
@@ -408,11 +443,6 @@ def local_grad_accum(grad_accum: int, world_size: int, desc: str = "train") -> i
             f"on {' / '.join(map(str, divisors))} processes"
         )
     return grad_accum // world_size
-
-
-def _compiled(model: nn.Module, compile: bool) -> nn.Module:
-    """``torch.compile(model)`` when the run asks for it (TrainConfig.compile), else the model itself."""
-    return torch.compile(model) if compile else model
 
 
 def training_autocast(precision: str, device: torch.device):

@@ -150,6 +150,8 @@ def finetune_train_config(settings: dict, task: str, run_id: str, seed: int, n_t
         checkpoint_every=_eval_every(settings, task, steps_per_epoch),
         early_stopping_patience=settings["early_stopping_patience"],
         desc=f"{run_id} {task} seed {seed}",
+        # Optional (schema: finetune.<family>.compile); absent, the engine's default ("auto": on CUDA).
+        compile=settings.get("compile", TrainConfig.compile),
     )
 
 

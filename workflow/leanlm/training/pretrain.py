@@ -224,7 +224,7 @@ def pretrain_train_config(settings: dict, desc: str) -> TrainConfig:
         desc=desc,
         # Optional settings (schema: pretrain.<objective>.compile / .prefetch); absent from a profile, the
         # defaults apply and the rule's params, hence its outputs, are unchanged.
-        compile=settings.get("compile", False),
+        compile=settings.get("compile", TrainConfig.compile),
         prefetch=settings.get("prefetch", TrainConfig.prefetch),
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from leanlm.errors import ConfigError
+from leanlm.training.compiling import valid_compile
 from leanlm.training.schedules import SCHEDULES
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -44,9 +45,10 @@ class TrainConfig:
     # Micro-batches built ahead in a background thread (leanlm.training.prefetch); 0 builds each inline.
     # Any value gives the same batches, losses and weights.
     prefetch: int = 2
-    # torch.compile the module that trains (kernels fused; losses agree with eager to float rounding,
-    # not bit for bit). Not run-defining: a run may be resumed with it switched.
-    compile: bool = False
+    # torch.compile the module that trains: "auto" on CUDA only (leanlm.training.compiling says why), true,
+    # or false. Kernels fused; losses agree with eager to float rounding, not bit for bit. Not
+    # run-defining: a run may be resumed with it switched.
+    compile: bool | str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.adam_betas, list):
@@ -71,7 +73,7 @@ class TrainConfig:
             ("early_stopping_patience", lambda v: v is None or (is_int(v) and v >= 1),
              "null or an integer >= 1"),
             ("prefetch", lambda v: is_int(v) and v >= 0, "an integer >= 0 (0: build batches inline)"),
-            ("compile", lambda v: isinstance(v, bool), "true or false"),
+            ("compile", valid_compile, "auto, true or false"),
         ]
         for name, ok, want in checks:
             value = getattr(self, name)

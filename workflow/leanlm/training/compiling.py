@@ -1,0 +1,92 @@
+"""How the module that trains runs on its device: torch.compile or eager, and the fp32 matmul precision.
+
+``TrainConfig.compile`` is ``"auto"`` (the default), ``True`` or ``False``. ``"auto"`` compiles on CUDA,
+where eager mode's elementwise traffic (norms, RoPE, casts, MHE's head-embedding broadcast) costs more
+than the GEMMs, and stays eager elsewhere: on a CPU inductor needs a C++ compiler and minutes of a
+2-core machine per model, so CPU runs and tests compute exactly what they did before.
+
+torch.compile compiles lazily, at the first call. The engine therefore probes it before the first
+step (:func:`compiled_or_eager`): one forward and backward of the first micro-batch through the
+compiled module, with the RNG streams forked and the gradients discarded. If compilation fails there
+(no C++ compiler or Triton, an operator inductor cannot lower, a compiler bug), the run trains the eager
+module instead, logs why at WARNING, and says so in its summary (``compiled``, ``compile_fallback``):
+never a failed job for a speed option. A failure of the model itself is no compilation failure, but
+it also reaches the eager module, which then raises it with its own traceback. The probe compiles the
+shapes of the first batch, so the first step reuses that compilation rather than paying twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+COMPILE_CHOICES = ("auto", True, False)
+# torch.compile's backend (the tests replace it with one that fails, to exercise the fallback).
+BACKEND: Any = "inductor"
+
+
+def valid_compile(value: Any) -> bool:
+    """Whether ``value`` is a compile setting: "auto", true or false (not 1, "yes" or None)."""
+    return value == "auto" or isinstance(value, bool)
+
+
+def compile_wanted(setting: Any, device: torch.device) -> bool:
+    """Whether a run with compile ``setting`` compiles on ``device`` ("auto": on CUDA only)."""
+    return device.type == "cuda" if setting == "auto" else bool(setting)
+
+
+def compiled_or_eager(module: nn.Module, probe: Callable[[nn.Module], None], desc: str
+                      ) -> tuple[nn.Module, str | None]:
+    """``(torch.compile(module), None)`` if ``probe`` (one training forward and backward, leaving no
+    trace: see the module docstring) runs through it, else ``(module, why it failed)``."""
+    # What a failed compilation raises: dynamo's errors, inductor's wrapped as BackendCompilerFailed
+    # (imported here: torch._dynamo takes a second to import, which commands that never train skip).
+    from torch._dynamo.exc import TorchDynamoException
+
+    compiled = torch.compile(module, backend=BACKEND)
+    log.info("%s: compiling the model with torch.compile (the first step waits for it)", desc)
+    try:
+        probe(compiled)
+    except TorchDynamoException as exc:
+        reason = _first_line(exc)
+        log.warning("%s: torch.compile failed, training eagerly instead (%s). Set compile: false in the "
+                    "profile to skip the attempt.", desc, reason)
+        return module, reason
+    return compiled, None
+
+
+def set_matmul_precision(device: torch.device, precision: str) -> str:
+    """Let float32 matmuls use TF32 tensor cores on CUDA when the run trains in fp32; returns what was
+    chosen, for the log.
+
+    ``torch.set_float32_matmul_precision("high")`` (which affects CUDA only, and which inductor reads
+    for its own kernels): TF32 keeps fp32's range with a 10-bit mantissa, the precision NVIDIA's and
+    PyTorch's defaults for training give convolutions. A bf16 run computes its matmuls in bf16 under
+    autocast; the few it keeps in float32 do so for accuracy (the appendix Approximate's normalisers,
+    mixers/linear.py), so TF32 is left off there, as it is on a CPU.
+    """
+    if device.type != "cuda":
+        return "CPU: float32 matmuls in float32"
+    if precision == "fp32":
+        torch.set_float32_matmul_precision("high")
+        return "CUDA, fp32 run: float32 matmuls in TF32 (torch.set_float32_matmul_precision('high'))"
+    return (f"CUDA, {precision} run: matmuls in bf16 under autocast; the float32 ones it keeps stay IEEE "
+            f"float32 (matmul precision {torch.get_float32_matmul_precision()!r})")
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: message`` of the error that made compilation fail, first line only (dynamo appends pages
+    of advice), from the innermost cause dynamo wrapped."""
+    inner = exc
+    while True:  # BackendCompilerFailed keeps the backend's error as inner_exception, others as the cause
+        nested = getattr(inner, "inner_exception", None) or inner.__cause__
+        if nested is None or nested is inner:
+            break
+        inner = nested
+    text = str(inner).strip().splitlines()
+    return f"{type(inner).__name__}: {text[0] if text else ''}".strip()
