@@ -35,6 +35,7 @@ from leanlm.modeling.attention import build_attention
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.encoder import init_bert_weights
 from leanlm.modeling.models import register_model
+from leanlm.modeling.padding import padding_mask
 
 IGNORE_INDEX = -100  # label of positions that take no part in the loss
 
@@ -91,9 +92,7 @@ class GPT2Decoder(nn.Module):
             raise ValueError(f"input of {length} tokens is longer than the decoder's {limit} positions "
                              f"(max_position={self.position_embeddings.num_embeddings}); evaluate long "
                              f"texts in windows (leanlm.evaluation.perplexity.strided_perplexity)")
-        if attention_mask is not None and bool(attention_mask.all()):
-            # No padding: drop the mask so SDPA can take its is_causal (fastest) path.
-            attention_mask = None
+        attention_mask = padding_mask(attention_mask)  # None without padding: SDPA's is_causal path
         positions = torch.arange(self.position_offset, self.position_offset + length, device=input_ids.device)
         x = self.dropout(self.token_embeddings(input_ids) + self.position_embeddings(positions)[None])
         for layer in self.layers:

@@ -13,6 +13,7 @@ from torch import nn
 from leanlm.modeling.attention import Attention, build_attention
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.embeddings import BertEmbeddings
+from leanlm.modeling.padding import padding_mask
 
 
 @torch.no_grad()
@@ -93,9 +94,7 @@ class BertEncoder(nn.Module):
 
         ``features`` (e.g. ``hash_bits``) go to the word embedding: hash embeddings read them.
         """
-        if attention_mask is not None and bool(attention_mask.all()):
-            # No padding: drop the mask so SDPA can take its mask-free (fastest) path.
-            attention_mask = None
+        attention_mask = padding_mask(attention_mask)  # None without padding: SDPA's mask-free path
         x = self.embeddings(input_ids, token_type_ids, **features)
         for layer in self.layers:
             x = layer(x, attention_mask)

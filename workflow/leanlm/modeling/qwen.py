@@ -35,6 +35,7 @@ from leanlm.modeling.layouts import SIMPLE, check_skip_layers, layer_kinds
 from leanlm.modeling.mixers import MIXERS, GatedMLP, MixerContext, RMSNorm, build_mixer
 from leanlm.modeling.mixers.base import rope_tables
 from leanlm.modeling.models import register_model
+from leanlm.modeling.padding import padding_mask
 
 IGNORE_INDEX = -100
 
@@ -111,7 +112,10 @@ class QwenModel(nn.Module):
         if self.qk_stream == "random":
             return self.fixed_embeddings[None, :length].to(dtype)
         ids = self.fixed_token_ids
-        if ids._version != self._text_checked:  # check once per change, not every step
+        # Checked once per change, not every step, and in eager forwards only: compiled, reading the ids
+        # on the host would break the graph (the pipeline sets the text before training; an unset one
+        # then fails in the embedding lookup instead).
+        if not torch.compiler.is_compiling() and ids._version != self._text_checked:
             if bool((ids < 0).any()):
                 raise ConfigError(
                     "FixedSeqQK needs its fixed text: call model.set_fixed_sequence(token_ids) with "
@@ -146,8 +150,7 @@ class QwenModel(nn.Module):
                 skip_layers: frozenset = frozenset()) -> torch.Tensor:
         """Final hidden states (B, L, d_m)."""
         length = input_ids.size(1)
-        if attention_mask is not None and bool(attention_mask.all()):
-            attention_mask = None  # no padding: SDPA's mask-free causal path
+        attention_mask = padding_mask(attention_mask)  # None without padding: SDPA's mask-free causal path
         x = self.embed_tokens(input_ids)
         cos, sin = rope_tables(torch.arange(length, device=x.device), self.config.head_dim,
                                self.config.rope_theta, x.dtype)

@@ -36,6 +36,7 @@ from leanlm.errors import ConfigError
 from leanlm.modeling.attention import ATTENTION, Attention
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import register_model
+from leanlm.modeling.padding import padding_mask
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 IGNORE_INDEX = -100  # label of positions that take no part in the loss
@@ -271,8 +272,7 @@ class TransformerForTranslation(nn.Module):
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Encoder output and the mask the decoder's cross-attention uses (None when nothing is padded)."""
-        if attention_mask is not None and bool(attention_mask.all()):
-            attention_mask = None  # SDPA's mask-free path
+        attention_mask = padding_mask(attention_mask)  # None without padding: SDPA's mask-free path
         return self.encoder(input_ids, attention_mask), attention_mask
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -169,7 +169,10 @@ def features_backward(grad: torch.Tensor, x: torch.Tensor, buffers: Buffers | No
     # Rows [r, a] with `rows` zeros after each (written once, never overwritten): the flat view of
     # the first rows * width entries, width = n + rows - 1, puts row r's entry a at column a + r.
     padded = buffers.zeros("features_backward.skew", (*lead, rows, n + rows), grad)
-    torch.mul(g, extended[..., None, :n], out=padded[..., :n])
+    if torch.compiler.is_compiling():  # dynamo refuses out= into a non-contiguous view (a graph break)
+        padded[..., :n] = g * extended[..., None, :n]
+    else:  # eager: the product written in place, no temporary (module docstring: page faults)
+        torch.mul(g, extended[..., None, :n], out=padded[..., :n])
     width = n + rows - 1
     to_sum = padded.flatten(-2)[..., : rows * width].unflatten(-1, (rows, width)).sum(-2)
     dx = to_a + to_sum[..., :n]

@@ -1,0 +1,112 @@
+"""No graph breaks in any model's training forward (issue 23): torch.compile, on by default on CUDA
+(``compile: auto``), compiles each model as one graph.
+
+A graph break splits the compiled forward at a Python-level operation dynamo cannot trace (a tensor
+read back to the host, a data-dependent shape, an ``out=`` into a non-contiguous view): the pieces are
+compiled apart, the host waits between them, and nothing is fused across the cut. Each model here is
+traced with ``fullgraph=True``, which raises at the first break, on dynamo's ``eager`` backend (the
+tracing alone, no inductor code generation: seconds, not minutes; a break is a property of tracing).
+
+The models are tests/test_bf16.py's: one per distinct model of the smoke profile's matrix (ch. 2's hash
+embeddings, ch. 3's attention variants in each backbone, ch. 4's mixers in every layout, GQA, q/k norms)
+plus every registered ch. 3 attention or ch. 4 mixer the matrix leaves out, reduced here to one per
+distinct code path (the sizes do not change what is traced). Each is traced in training mode with the
+batches training feeds it: the pretraining batch of its objective (packed rows without an attention
+mask, MLM with ``masked_positions``; translation's padded batches with theirs), and, for every model, a
+padded batch with an attention mask, as fine-tuning feeds it. The chunked mixers run with 8-token chunks,
+so a 16-token batch crosses chunks (the carried states, Approximate's hand-written backward).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch._dynamo
+
+import test_bf16 as bf16_cases  # the models and batches of the bf16 test (tests/ is on sys.path)
+from leanlm.modeling.heads import labelled_positions
+
+# Outside the attention variants and mixers: EELBERT's embedding (ch. 2, related work) embeds each
+# distinct token of the batch once (torch.unique, then a loop over blocks of the distinct tokens), a
+# data-dependent shape by design. Its model compiles with breaks around the embedding.
+KNOWN_BREAKS = {"eelbert": "EELBERT's embedding embeds each distinct token once (torch.unique)"}
+
+
+def _code_path(fields: dict, head: str) -> str:
+    """What decides the traced code: the backbone, its head, the attention or mixer, the embedding, whether
+    the layout mixes layer kinds, GQA and q/k norms; not the widths, depths, vocabulary or which layers."""
+    key = {name: fields.get(name) for name in ("backbone", "attention", "embedding", "qk_norm",
+                                                "tie_word_embeddings", "embedding_options")}
+    # Uniform, or standard and simple layers mixed: which layers are which does not change the code.
+    key["layout"] = fields.get("layout") in (None, "uniform")
+    key["gqa"] = bool(fields.get("n_kv_heads")) and fields.get("n_kv_heads") != fields.get("n_heads")
+    return json.dumps([key, head], sort_keys=True, default=str)
+
+
+def _cases() -> dict[str, tuple[dict, str]]:
+    """One case per code path, with at most two layers: dynamo traces every layer, the same code each time
+    (two is the least that holds a hybrid layout's simple and standard layer)."""
+    distinct: dict[str, str] = {}
+    for name, (fields, head) in bf16_cases.CASES.items():
+        distinct.setdefault(_code_path(fields, head), name)
+    cases = {}
+    for name in distinct.values():
+        fields, head = bf16_cases.CASES[name]
+        if fields.get("layout") in (None, "uniform", "hybrid"):
+            fields = {**fields, "n_layers": min(fields["n_layers"], 2)}
+        cases[name] = (fields, head)
+    return cases
+
+
+CASES = _cases()
+
+
+def _batches(padded: dict, head: str) -> list[dict]:
+    """The pretraining batch (packed rows, no mask) and the padded one; translation pretrains on padded
+    batches, so it has the one."""
+    if head == "seq2seq":
+        return [padded]
+    return [{k: v for k, v in padded.items() if k != "attention_mask"}, padded]
+
+
+def _traced(model: torch.nn.Module, batch: dict) -> None:
+    """Trace the training forward (and loss) as one graph; raises at the first graph break."""
+    torch._dynamo.reset()  # a fresh cache: every case is traced, none is served another case's graph
+    try:
+        out = torch.compile(model, backend="eager", fullgraph=True)(**batch)
+    finally:
+        torch._dynamo.reset()
+    assert torch.isfinite(out["loss"])
+
+
+@pytest.fixture
+def two_chunks(monkeypatch):
+    """8-token chunks for the chunked mixers: a 16-token batch is two chunks, the second reading the
+    state carried from the first (any chunk size gives the same result; their docstrings)."""
+    for name in bf16_cases.MIXERS.names():
+        if hasattr(bf16_cases.MIXERS.get(name), "chunk_size"):
+            monkeypatch.setattr(bf16_cases.MIXERS.get(name), "chunk_size", bf16_cases.LENGTH // 2)
+
+
+@pytest.mark.usefixtures("two_chunks")
+@pytest.mark.parametrize("case", list(CASES))
+def test_training_forward_is_one_graph(case):
+    fields, head = CASES[case]
+    if fields.get("embedding") in KNOWN_BREAKS:
+        pytest.skip(KNOWN_BREAKS[fields["embedding"]])
+    model = bf16_cases._model(fields, head)
+    padded = bf16_cases._batch(model, head)
+    if head == "mlm":  # as MLMBatches builds it: the labelled positions counted on the host
+        padded["masked_positions"] = labelled_positions(padded["labels"])
+    for batch in _batches(padded, head):
+        _traced(model, batch)
+
+
+def test_every_variant_is_traced():
+    """The reduction to code paths keeps every registered attention and mixer, in both layouts."""
+    fields = [f for f, _ in CASES.values()]
+    assert {f["attention"] for f in fields} == {f["attention"] for f, _ in bf16_cases.CASES.values()}
+    for name in {f["attention"] for f in fields if f["backbone"] == "qwen"} - {"standard"}:
+        assert {"uniform", "hybrid"} <= {f["layout"] for f in fields if f["attention"] == name}, name
