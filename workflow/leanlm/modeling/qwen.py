@@ -33,7 +33,7 @@ from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.layouts import SIMPLE, check_skip_layers, layer_kinds
 from leanlm.modeling.mixers import MIXERS, GatedMLP, MixerContext, RMSNorm, build_mixer
-from leanlm.modeling.mixers.base import rope_tables
+from leanlm.modeling.mixers.base import rope_dtype, rope_tables
 from leanlm.modeling.models import register_model
 from leanlm.modeling.padding import padding_mask
 
@@ -137,7 +137,7 @@ class QwenModel(nn.Module):
         with torch.no_grad():
             x = self.fixed_stream(length, weight.dtype)
             cos, sin = rope_tables(torch.arange(length, device=weight.device), self.config.head_dim,
-                                   self.config.rope_theta, x.dtype)
+                                   self.config.rope_theta, rope_dtype(x))
             ctx = MixerContext(cos=cos, sin=sin, fixed_row=True, record_qk={})
             for layer in self.layers:
                 if layer.layer_idx not in skip_layers:
@@ -152,8 +152,9 @@ class QwenModel(nn.Module):
         length = input_ids.size(1)
         attention_mask = padding_mask(attention_mask)  # None without padding: SDPA's mask-free causal path
         x = self.embed_tokens(input_ids)
+        # Built once per forward in the compute dtype (bf16 under autocast; mixers/base.rope_dtype).
         cos, sin = rope_tables(torch.arange(length, device=x.device), self.config.head_dim,
-                               self.config.rope_theta, x.dtype)
+                               self.config.rope_theta, rope_dtype(x))
         ctx = MixerContext(cos=cos, sin=sin, attention_mask=attention_mask, capture=self._capture,
                            embeddings=x if self.qk_stream == "embeddings" else None)
         if self.has_fixed_stream:

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from leanlm.modeling.joint_linear import joint_linear
 from leanlm.registry import Registry
 
 ATTENTION: Registry[type["Attention"]] = Registry("attention")
@@ -73,11 +74,14 @@ class Attention(nn.Module, abc.ABC):
         """Queries from ``x``, keys and values from ``memory``, each ``(B, heads, L, d_h)``.
 
         The default uses the ``query``/``key``/``value`` linear layers the subclass builds; the
-        number of heads each returns is its output width over ``head_dim``.
+        number of heads each returns is its output width over ``head_dim``. In self-attention
+        (``memory is x``) the three are one GEMM (:func:`joint_linear`).
         """
-        return (self.split_heads(self.query(x)),
-                self.split_heads(self.key(memory)),
-                self.split_heads(self.value(memory)))
+        if memory is x:
+            q, k, v = joint_linear(x, self.query, self.key, self.value)
+        else:
+            q, k, v = self.query(x), self.key(memory), self.value(memory)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def merge_heads(self, heads: torch.Tensor) -> torch.Tensor:
         """``(B, n, L, d_h)`` -> ``(B, L, n*d_h)``, the input of the output projection."""

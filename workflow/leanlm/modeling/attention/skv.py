@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from leanlm.modeling.attention.base import ATTENTION, Attention
+from leanlm.modeling.joint_linear import joint_linear
 
 
 @ATTENTION.register("skv")
@@ -30,8 +31,12 @@ class SKVAttention(Attention):
 
     def project(self, x: torch.Tensor, memory: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        kv = self.split_heads(self.key_value(memory))
-        return self.split_heads(self.query(x)), kv, kv
+        if memory is x:  # self-attention: queries and the shared keys/values in one GEMM
+            q, kv = joint_linear(x, self.query, self.key_value)
+        else:
+            q, kv = self.query(x), self.key_value(memory)
+        kv = self.split_heads(kv)
+        return self.split_heads(q), kv, kv
 
     @staticmethod
     def qkv_parameter_formula(n: int, d: int) -> int:

@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from leanlm.modeling.joint_linear import joint_linear
 from leanlm.registry import Registry
 
 MIXERS: Registry[type["Mixer"]] = Registry("token mixer (ch. 4 attention variant)")
@@ -71,7 +73,14 @@ class MixerContext:
 
 
 class RMSNorm(nn.Module):
-    """Qwen's RMSNorm: x / rms(x) * weight, computed in float32 whatever the input dtype."""
+    """Qwen's RMSNorm: x / rms(x) * weight, computed in float32 whatever the input dtype.
+
+    torch's ``F.rms_norm`` (one fused kernel on CUDA, where the hand-written form was four elementwise
+    passes and a reduction; on a CPU the same ops as before). Qwen normalises in float32, rounds back
+    to the input's dtype, then scales (``weight * x.to(dtype)``, promoting to the weight's dtype): the
+    weight goes inside the kernel only where that rounding is a no-op (float32 input and weight), so
+    every dtype computes the same numbers as Qwen's formula (tests/test_fused_kernels.py).
+    """
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -79,10 +88,10 @@ class RMSNorm(nn.Module):
         self.eps = float(eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        shape = (x.size(-1),)
+        if x.dtype == self.weight.dtype == torch.float32:
+            return F.rms_norm(x, shape, self.weight, self.eps)
+        return self.weight * F.rms_norm(x.float(), shape, eps=self.eps).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}"
@@ -96,6 +105,20 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float,
     angles = positions.float()[:, None] * inv_freq[None, :]
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rope_dtype(like: torch.Tensor) -> torch.dtype:
+    """The dtype RoPE's tables are built in for hidden states ``like``: autocast's where autocast is on
+    for their device (float64 excepted, as autocast leaves it), else ``like``'s own.
+
+    The projections' queries and keys come out of autocast in bf16; float32 tables would promote the
+    rotation, and everything after it up to SDPA's own cast, to float32: twice the memory traffic for
+    the same bf16 attention. Without autocast the tables are the hidden states' dtype, as they were.
+    """
+    device = like.device.type
+    if like.dtype != torch.float64 and autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return like.dtype
 
 
 def apply_rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -248,15 +271,23 @@ class ProjectedMixer(Mixer):
         return t.view(b, length, width // self.head_dim, self.head_dim).transpose(1, 2)
 
     def project_q(self, x: torch.Tensor) -> torch.Tensor:
-        q = self.split(self.q_proj(x))
-        return self.q_norm(q) if self.q_norm is not None else q
+        return self._normed(self.split(self.q_proj(x)), self.q_norm)
 
     def project_k(self, x: torch.Tensor) -> torch.Tensor:
-        k = self.split(self.k_proj(x))
-        return self.k_norm(k) if self.k_norm is not None else k
+        return self._normed(self.split(self.k_proj(x)), self.k_norm)
 
     def project_v(self, x: torch.Tensor) -> torch.Tensor:
         return self.split(self.v_proj(x))
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(project_q(x), project_k(x), project_v(x))`` in one GEMM (:func:`joint_linear`), for the
+        variants whose Q, K and V all read ``x``."""
+        q, k, v = (self.split(t) for t in joint_linear(x, self.q_proj, self.k_proj, self.v_proj))
+        return self._normed(q, self.q_norm), self._normed(k, self.k_norm), v
+
+    @staticmethod
+    def _normed(t: torch.Tensor, norm: RMSNorm | None) -> torch.Tensor:
+        return t if norm is None else norm(t)
 
     def merge(self, heads: torch.Tensor) -> torch.Tensor:
         """(B, n, L, d_h) -> output projection -> (B, L, d_m)."""
@@ -265,7 +296,7 @@ class ProjectedMixer(Mixer):
 
     def step_rope(self, pos: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return rope_tables(torch.tensor([pos], device=like.device), self.head_dim,
-                           self.rope_theta, like.dtype)
+                           self.rope_theta, rope_dtype(like))
 
     @property
     def attn_dropout(self) -> float:

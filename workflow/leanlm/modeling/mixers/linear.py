@@ -84,9 +84,9 @@ class LinearAttentionMixer(ProjectedMixer):
     chunk_size = 64
 
     def qkv(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        q = apply_rope(self.project_q(h), cos, sin)
-        k = repeat_kv(apply_rope(self.project_k(h), cos, sin), self.n_heads)
-        return q, k, repeat_kv(self.project_v(h), self.n_heads)
+        q, k, v = self.project_qkv(h)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return q, repeat_kv(k, self.n_heads), repeat_kv(v, self.n_heads)
 
     def step_qkv(self, h_t: torch.Tensor, pos: int):
         cos, sin = self.step_rope(pos, h_t)

@@ -73,10 +73,9 @@ class NonApproximateAttention(ProjectedMixer):
 
     def scores(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """s (B, n, L): each token's self-gated score; v (B, n, L, d_h)."""
-        q = F.silu(self.project_q(h))
-        k = repeat_kv(self.project_k(h), self.n_heads)
-        s = (q * k).sum(-1) / math.sqrt(self.head_dim)
-        return s, repeat_kv(self.project_v(h), self.n_heads)
+        q, k, v = self.project_qkv(h)
+        s = (F.silu(q) * repeat_kv(k, self.n_heads)).sum(-1) / math.sqrt(self.head_dim)
+        return s, repeat_kv(v, self.n_heads)
 
     def masked_scores(self, h, ctx):
         s, v = self.scores(h)

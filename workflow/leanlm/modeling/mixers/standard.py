@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from leanlm.modeling.joint_linear import joins
 from leanlm.modeling.mixers.base import (
     MIXERS,
     MixerContext,
@@ -30,10 +31,17 @@ class StandardAttention(ProjectedMixer):
 
     def qkv(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
             qk_source: torch.Tensor | None = None):
-        """RoPE'd queries and keys from ``qk_source`` (default: ``h``), values from ``h``."""
-        src = h if qk_source is None else qk_source
-        return (apply_rope(self.project_q(src), cos, sin), apply_rope(self.project_k(src), cos, sin),
-                self.project_v(h))
+        """RoPE'd queries and keys from ``qk_source`` (default: ``h``), values from ``h``; one GEMM for
+        the three when they all read ``h``."""
+        if qk_source is None:
+            q, k, v = self.project_qkv(h)
+            # SDPA saves v for backward: a view would keep the whole joint GEMM output alive, the
+            # pre-RoPE q and k with it (which q/k norms save anyway): v gets its own memory, as it had.
+            if joins(h) and self.q_norm is None:
+                v = v.contiguous()
+        else:
+            q, k, v = self.project_q(qk_source), self.project_k(qk_source), self.project_v(h)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def qk_source(self, ctx: MixerContext | None) -> torch.Tensor | None:
         """Where Q and K come from besides ``h`` (None: ``h`` itself, the current hidden states)."""

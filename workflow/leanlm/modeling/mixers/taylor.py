@@ -38,16 +38,15 @@ Per chunk it costs the forward's two state GEMMs twice (d/d features of q and k,
 d/d v), plus the feature map's own backward (:func:`features_backward`).
 
 Dtypes: the kernel runs in one dtype, :func:`compute_dtype` (the state sums in float32 at least),
-with autocast off. Under bf16 autocast the mixer hands it q and k in float32 (RoPE's tables are
-float32, so it promotes the bf16 projections) and v in bf16; autocast then ran the forward's GEMMs
-in bf16 whatever their inputs, but the hand-written backward runs outside autocast, so a GEMM there
-met a bf16 and a float32 operand and failed ("expected scalar type Float but found BFloat16", issue
-23). :func:`taylor_attention` and :func:`taylor_step` therefore cast q, k, v to autocast's dtype
-(the precision autocast gives every other mixer's GEMMs) before the kernel, and the casts' own
-backward returns each input's gradient in that input's dtype. Without autocast the inputs' common
-dtype is used: float32 runs compute exactly what they did before. RoPE stays as it is: its float32
-tables follow the float32 residual stream under autocast (as Hugging Face's Qwen2 does), and every
-other mixer's GEMMs get bf16 operands from autocast anyway; the kernel is what had to agree.
+with autocast off. Under bf16 autocast the mixer can hand it q and k in float32 and v in bf16 (RoPE's
+tables were float32 and promoted the bf16 projections; they are bf16 under autocast now, but q/k
+RMSNorms, whose float32 weight promotes as Qwen3's does, still give float32 q and k); autocast then
+ran the forward's GEMMs in bf16 whatever their inputs, but the hand-written backward runs outside
+autocast, so a GEMM there met a bf16 and a float32 operand and failed ("expected scalar type Float but
+found BFloat16", issue 23). :func:`taylor_attention` and :func:`taylor_step` therefore cast q, k, v to
+autocast's dtype (the precision autocast gives every other mixer's GEMMs) before the kernel, and the
+casts' own backward returns each input's gradient in that input's dtype. Without autocast the inputs'
+common dtype is used: float32 runs compute exactly what they did before.
 """
 
 from __future__ import annotations
