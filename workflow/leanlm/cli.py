@@ -124,6 +124,8 @@ def cmd_bench(args) -> None:
     from leanlm.benchmarks.pretraining import BENCH_CONFIGS, format_report, run_bench
     from leanlm.errors import ConfigError
 
+    if args.parity is not None:
+        return _bench_parity(args)
     chosen = {}
     if args.config is not None:
         if args.config not in BENCH_CONFIGS:
@@ -150,6 +152,18 @@ def cmd_bench(args) -> None:
         **chosen,
     )
     print(format_report(report))
+    if args.out:
+        from leanlm.io import write_json
+
+        write_json(args.out, report)
+
+
+def _bench_parity(args) -> None:
+    from leanlm.benchmarks.parity import format_parity, run_parity
+
+    report = run_parity(args.parity, steps=args.steps, warmup=args.warmup, device=args.device,
+                        batch_size=args.batch_size, seq_len=args.seq_len, memory=not args.no_memory)
+    print(format_parity(report))
     if args.out:
         from leanlm.io import write_json
 
@@ -329,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="micro-batches built ahead in the timed loop (default 2; 0: inline)")
     p.add_argument("--build-only", action="store_true",
                    help="time the batch building alone (no model; the host's share at any size)")
+    p.add_argument("--parity", default=None, choices=["decoder", "bert", "all"],
+                   help="instead: our backbone against its transformers twin at an equal config, interleaved "
+                        "in this process (--steps rounds after --warmup; leanlm.benchmarks.parity)")
+    p.add_argument("--no-memory", action="store_true", help="with --parity: skip the peak-memory processes")
     p.add_argument("--out", default=None, help="also write the report as JSON here")
     p.set_defaults(func=cmd_bench)
 

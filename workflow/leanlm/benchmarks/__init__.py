@@ -1,6 +1,7 @@
 """Benchmarks, apart from the library layers (timing lives here and in docs/benchmarks.md, never in tests).
 
 - :mod:`.pretraining`: ``leanlm bench``, tokens/s and MFU of the encoder's pretraining step;
+- :mod:`.parity`: ``leanlm bench --parity``, our backbones against their ``transformers`` twins;
 - :mod:`.mixers`: ``python -m leanlm.benchmarks.mixers``, ch. 4's token mixers against Standard;
 - :mod:`.hashing`: ``python -m leanlm.benchmarks.hashing``, ch. 2's hashing and hash-embedded steps.
 
