@@ -19,6 +19,8 @@ else
     mkdir -p bench/cpu
     "$LEANLM" bench --config bert_base_mha --batch-size 128 --build-only --steps 10 --warmup 2 --out bench/cpu/build_mlm_128x512.json
     "$LEANLM" bench --config ch4_standard_500m --batch-size 16 --build-only --steps 10 --warmup 2 --out bench/cpu/build_causal_16x2048.json
+    # ours against the transformers twins, interleaved in one process (docs/benchmarks.md)
+    OMP_NUM_THREADS=1 "$LEANLM" bench --parity all --steps 8 --warmup 1 --device cpu --out bench/cpu/parity.json
     for prefetch in 0 2; do
         "$LEANLM" bench --size tiny --batch-size 128 --seq-len 128 --steps 8 --warmup 2 --prefetch "$prefetch" \
             --out "bench/cpu/tiny_prefetch$prefetch.json"

@@ -16,7 +16,8 @@ from leanlm.config import load_config
 from leanlm.runs import get_run, pretrain_settings
 
 FIELDS = ("batch_ms", "step_ms", "loop_ms", "batch_cpu_ms", "step_cpu_ms", "loop_cpu_ms", "tokens_per_s", "step_tokens_per_s", "peak_memory_bytes",
-          "peak_memory_kind", "flops_per_token", "mfu", "step_mfu", "peak_flops", "matmul_precision", "losses")
+          "peak_memory_kind", "flops_per_token", "mfu", "step_mfu", "peak_flops", "matmul_precision", "losses",
+          "compiled", "compile_fallback")
 
 
 def test_peak_is_the_one_of_the_precision_used():
@@ -77,6 +78,7 @@ def test_bench_command_reports_its_fields_on_cpu(tmp_path, capsys, args, objecti
     assert all(field in result for field in FIELDS)
     assert (result["objective"], result["attention"], result["device"]) == (objective, attention, "cpu")
     assert result["mfu"] is None and result["peak_flops"] is None  # no peak is known for a CPU
+    assert result["compiled"] is False and result["compile_fallback"] is None  # eager unless --compile
     assert result["peak_memory_kind"] == "process peak RSS" and result["peak_memory_bytes"] > 0
     assert result["batch_ms"] > 0 and result["step_ms"] > 0 and result["loop_ms"] > 0
     assert len(result["losses"]) == 3 and all(v == v for v in result["losses"])  # 1 warm-up + 2 timed, no NaN
@@ -113,12 +115,16 @@ def test_the_gpu_commands_in_docs_are_valid_bench_commands():
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     commands = [line.strip() for line in docs.splitlines() if line.strip().startswith("leanlm bench ")]
-    configs = set()
+    configs, parity = set(), set()
     for command in commands:
         args = build_parser().parse_args(shlex.split(command)[1:])
+        if args.parity is not None:  # the CPU comparison with transformers (tests/test_bench_parity.py)
+            parity.add(args.parity)
+            continue
         assert args.config in BENCH_CONFIGS, command
         configs.add(args.config)
     assert configs == set(BENCH_CONFIGS)  # every named configuration has its command there
+    assert parity  # and the parity table its command
 
 
 def test_loop_only_builds_one_model_and_times_the_first_step_apart(monkeypatch):

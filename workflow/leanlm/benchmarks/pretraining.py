@@ -313,6 +313,9 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
         "dtype": precision,
         "matmul_precision": mm_precision,
         "compile": compile,
+        # Whether the timed loop really ran compiled: a failed compilation trains eagerly (engine fallback).
+        "compiled": loop_trainer.compiled,
+        "compile_fallback": loop_trainer.compile_fallback,
         "prefetch": prefetch,
         "step_ms": 1000.0 * step_seconds if step_seconds is not None else None,
         "loop_ms": 1000.0 * loop_seconds,
@@ -353,7 +356,9 @@ def format_report(result: dict[str, Any]) -> str:
     why = "" if result.get("peak_flops") else " (no peak known for this device and precision)"
     return "\n".join([
         f"{result['objective']} pretraining, {result['model']} on {result['device']} "
-        f"({result['dtype']}, matmuls in {result['matmul_precision']}{', compiled' if result.get('compile') else ''})",
+        f"({result['dtype']}, matmuls in {result['matmul_precision']}{', compiled' if result.get('compiled') else ''})"
+        + (f"; torch.compile failed, eager instead: {result['compile_fallback']}" if result.get("compile_fallback")
+           else ""),
         f"  batch {result['batch_size']} x seq {result['seq_len']}, {result['steps']} timed steps "
         f"after {result['warmup']} warm-up, prefetch {result['prefetch']}",
         f"  batch build {result['batch_ms']:.1f} ms/step | step {num(result['step_ms'], '.1f')} ms | "
