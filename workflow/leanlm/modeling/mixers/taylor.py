@@ -136,12 +136,15 @@ def taylor_features(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.T
     n = _extended_size(d)
     extended = _extended(x)
     pairs = (extended[..., None, :n], extended.unfold(-1, n, 1))   # [r, a] = x~_a x~_{a+r}
-    if out is None:  # differentiable (the tests' reference for features_backward)
+    # Compiled, into a new tensor: AOTAutograd cannot write this product (laid out as unfold's windows)
+    # through ``out=`` into the buffer's view, and the compiler plans memory itself anyway.
+    if out is None or torch.compiler.is_compiling():  # differentiable (the tests' reference too)
         grid = torch.mul(*pairs)
-    else:
-        grid = torch.mul(*pairs, out=out.unflatten(-1, (n // 2 + 1, n)))
+        grid[..., 0, :d] *= SQRT_HALF
+        return grid.flatten(-2)
+    grid = torch.mul(*pairs, out=out.unflatten(-1, (n // 2 + 1, n)))
     grid[..., 0, :d] *= SQRT_HALF
-    return grid.flatten(-2) if out is None else out
+    return out
 
 
 def features_backward(grad: torch.Tensor, x: torch.Tensor, buffers: Buffers | None = None
