@@ -27,12 +27,12 @@ def test_the_twin_is_the_same_function(pair):
         model.zero_grad()
         loss(built["batch"]).backward()
     if pair == "decoder":
-        pairs = [(ours.model.layers[0].self_attn.q_proj.weight, twin.model.layers[0].self_attn.q_proj.weight),
-                 (ours.lm_head.weight, twin.lm_head.weight)]
+        pairs = [(ours.model.layers[0].self_attn.q_proj.weight, twin.hf.model.layers[0].self_attn.q_proj.weight),
+                 (ours.lm_head.weight, twin.hf.lm_head.weight)]
     else:
         pairs = [(ours.encoder.layers[0].attention.query.weight,
-                  twin.bert.encoder.layer[0].attention.self.query.weight),
-                 (ours.transform.dense.weight, twin.cls.predictions.transform.dense.weight)]
+                  twin.hf.bert.encoder.layer[0].attention.self.query.weight),
+                 (ours.transform.dense.weight, twin.hf.cls.predictions.transform.dense.weight)]
     for a, b in pairs:
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
     if pair == "bert":  # the twin scored the masked rows only: its decoder saw as many rows as ours
@@ -42,7 +42,7 @@ def test_the_twin_is_the_same_function(pair):
 def test_a_different_twin_is_refused():
     built = parity.build_pair("decoder", batch_size=2, seq_len=16, overrides=TINY["decoder"])
     with torch.no_grad():
-        built["models"][1].lm_head.weight.mul_(2)
+        built["models"][1].hf.lm_head.weight.mul_(2)
     with pytest.raises(ConfigError, match="not the same model"):
         parity.check_same_function(built)
 
@@ -64,5 +64,5 @@ def test_parity_command_refuses_what_it_cannot_compare(capsys):
     assert "seq_len=4096 exceeds" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="unknown pair"):
         parity.run_parity("gpt2")
-    with pytest.raises(ConfigError, match="Standard decoder"):
+    with pytest.raises(ConfigError, match="only a standard model is a Qwen2"):
         parity.build_pair("decoder", batch_size=1, seq_len=8, overrides={**TINY["decoder"], "attention": "mlp"})

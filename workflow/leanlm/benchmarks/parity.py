@@ -1,7 +1,8 @@
 """Our backbones against their ``transformers`` twins (``leanlm bench --parity``): the same model, the same
 weights, the same batch, timed in turn in one process.
 
-Two pairs, each at an equal config with our weights copied into the twin:
+Two pairs, each at an equal config with our weights copied into the twin (the twins of
+:mod:`leanlm.modeling.hf_twins`, which the GPU check trains too):
 
 - ``decoder``: ch. 4's Standard decoder (:class:`~leanlm.modeling.qwen.QwenForCausalLM`, uniform layout)
   against ``Qwen2ForCausalLM``, at Table 4.10's 70M size (d 512, 6 layers of 8 heads, d_ff 2,048, Pythia's
@@ -67,47 +68,13 @@ def pair_config(pair: str, **overrides: Any) -> ModelConfig:
 
 
 # ------------------------------------------------------------------------------------ the two sides
-def _qwen_twin(ours) -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    c: ModelConfig = ours.config
-    if c.attention != "standard" or c.layout != "uniform" or c.qk_norm or c.head_dim * c.n_heads != c.d_model:
-        raise ConfigError("bench --parity decoder: only a uniform Standard decoder without q/k norm and with "
-                          "heads x head_dim = d_model has a Qwen2ForCausalLM twin")
-    hf_config = Qwen2Config(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.kv_heads, max_position_embeddings=c.max_position,
-        rms_norm_eps=c.layer_norm_eps, rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
-        tie_word_embeddings=c.tie_word_embeddings, attention_dropout=c.attention_dropout,
-        use_sliding_window=False, hidden_act="silu")
-    twin = Qwen2ForCausalLM(hf_config)
-    twin.load_state_dict(ours.state_dict(), strict=True)  # our parameter names are Qwen2's
-    return twin
-
-
-def _bert_twin(ours) -> torch.nn.Module:
-    from transformers import BertConfig, BertForMaskedLM
-
-    # The exporter's own mapping of our BERT to Hugging Face's (leanlm export-hf): one mapping, not two.
-    from leanlm.modeling.checkpoint import _hf_config, _hf_name
-
-    hf_config = {k: v for k, v in _hf_config(ours.config, "mlm", None).items() if k not in ("model_type",
-                                                                                           "architectures")}
-    twin = BertForMaskedLM(BertConfig(**hf_config))
-    state = {_hf_name(k): v for k, v in ours.state_dict().items() if k != "decoder.weight"}  # tied
-    missing, unexpected = twin.load_state_dict(state, strict=False)
-    if unexpected or set(missing) - {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}:
-        raise ConfigError(f"bench --parity bert: the twin's parameters differ (missing {missing}, unexpected "
-                          f"{unexpected})")
-    return twin
-
-
+# The twins are leanlm.modeling.hf_twins' (the GPU check's too): our weights in transformers' models.
 def _decoder_steps(ours, twin) -> tuple[Callable, Callable]:
     def our_loss(batch):
         return ours(input_ids=batch["input_ids"], labels=batch["labels"])["loss"]
 
-    def twin_loss(batch):
-        return twin(input_ids=batch["input_ids"], labels=batch["labels"], use_cache=False).loss
+    def twin_loss(batch):  # Qwen2ForCausalLM's own loss (its config has use_cache=False: training)
+        return twin(input_ids=batch["input_ids"], labels=batch["labels"])["loss"]
 
     return our_loss, twin_loss
 
@@ -117,10 +84,10 @@ def _bert_steps(ours, twin) -> tuple[Callable, Callable]:
         return ours(**batch)["loss"]
 
     def twin_loss(batch):  # BertForMaskedLM's body and head, the head at the masked rows only (docstring)
-        sequence = twin.bert(input_ids=batch["input_ids"]).last_hidden_state
+        sequence = twin.hf.bert(input_ids=batch["input_ids"]).last_hidden_state
         hidden = sequence.reshape(-1, sequence.size(-1)).index_select(0, batch["masked_positions"])
         targets = batch["labels"].reshape(-1).index_select(0, batch["masked_positions"])
-        return F.cross_entropy(twin.cls(hidden).float(), targets)
+        return F.cross_entropy(twin.hf.cls(hidden).float(), targets)
 
     return our_loss, twin_loss
 
@@ -128,6 +95,7 @@ def _bert_steps(ours, twin) -> tuple[Callable, Callable]:
 def build_pair(pair: str, batch_size: int, seq_len: int, seed: int = 0,
                overrides: dict | None = None) -> dict[str, Any]:
     """Both models of ``pair`` (ours and the twin, same weights), a batch, and each side's loss function."""
+    from leanlm.modeling.hf_twins import bert_twin, qwen2_twin
     from leanlm.modeling.models import build_model
     from leanlm.training.pretrain import CausalLMBatches, MLMBatches
 
@@ -140,13 +108,13 @@ def build_pair(pair: str, batch_size: int, seq_len: int, seed: int = 0,
                          generator=torch.Generator().manual_seed(seed))
     if pair == "decoder":
         ours = build_model(config, "causal_lm")
-        twin = _qwen_twin(ours)
+        twin = qwen2_twin(ours)
         batch = CausalLMBatches(rows, batch_size=batch_size, grad_accum=1, seed=seed)(0, 0)
         losses = _decoder_steps(ours, twin)
     else:
         rows[:, 0], rows[:, -1] = 2, 3  # [CLS] ... [SEP]
         ours = build_model(config, "mlm")
-        twin = _bert_twin(ours)
+        twin = bert_twin(ours)
         batch = MLMBatches(rows, list(range(SPECIAL_IDS)), mask_id=SPECIAL_IDS - 1, vocab_size=config.vocab_size,
                            batch_size=batch_size, grad_accum=1, mask_prob=MASK_PROB, seed=seed)(0, 0)
         losses = _bert_steps(ours, twin)

@@ -14,7 +14,8 @@ clipping, the background prefetcher, ``compile``). Three clocks, each after ``wa
   ``max(batch_ms, step_ms)`` where the host has a core to spare, without it ``batch_ms + step_ms``.
 
 ``tokens_per_s`` and ``mfu`` come from ``loop_ms`` (``step_tokens_per_s``, ``step_mfu`` from
-``step_ms``); ``first_step_s`` is step 0's wall time (torch.compile's compilation, when compiled). The
+``step_ms``); ``first_step_s`` is step 0's wall time from the start of ``fit`` (so it holds torch.compile's
+compilation, which the engine's probe runs before step 0, when compiled). The
 model is initialised on the device that trains it. The clocks stop after the device has finished (the loop reads its losses back at the end).
 Packed rows are held in memory here, where a run gathers them from a memory-mapped token stream; on
 the dev machine the gather is a small part of ``batch_ms`` (the masking is most of it).
@@ -212,14 +213,16 @@ def _clock() -> tuple[float, float]:
 def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int,
                device: torch.device) -> tuple[float, float, float | None, Trainer]:
     """(wall, CPU) seconds per step of a Trainer run over ``batch_at``, from the start of step ``warmup``
-    to the end; and the wall seconds of step 0 (to the start of step 1: torch.compile compiles there)."""
+    to the end; and the wall seconds of step 0 with what fit does before it (to the start of step 1: the
+    engine's compile probe, where torch.compile compiles, runs before step 0)."""
     starts: dict[int, tuple[float, float]] = {}
     trainer = Trainer(model, config, batch_at, None, on_step_start=lambda s: starts.setdefault(s, _clock()))
+    fit_started = _clock()
     trainer.fit()  # reads the losses back at the end: the device has finished
     _synchronize(device)
     (wall, cpu), (wall0, cpu0) = _clock(), starts[warmup]
     timed = config.total_steps - warmup
-    first = starts[1][0] - starts[0][0] if 1 in starts else None
+    first = starts[1][0] - fit_started[0] if 1 in starts else None
     return (wall - wall0) / timed, (cpu - cpu0) / timed, first, trainer
 
 
