@@ -86,17 +86,31 @@ def _claims_of_tiny_matrix(path: Path, tiny: dict) -> None:
             return [side]
         return [v for k, v in side.items() if k in ("run", "peop", "sha", "timing")] + list(side.get("prr", []))
 
+    doc = yaml.safe_load(path.read_text())
+    preconditions = doc.get("preconditions", {})
+
+    def checkable(name, part):  # a precondition whose runs (for this part's experiment) the matrix defines
+        experiment = runs_of(part["a"])[0].split("-", 1)[0] if runs_of(part["a"]) else None
+        sides = [preconditions[name]["a"], preconditions[name]["b"]]
+        runs = [r.replace("{experiment}", str(experiment)) for side in sides for r in runs_of(side)]
+        return set(runs) <= known
+
     kept = []
-    for claim in yaml.safe_load(path.read_text())["claims"]:
+    for claim in doc["claims"]:
         parts = claim.pop("parts", None) or [{"a": a, "b": b} for a, b in claim.pop("pairs")]
         thesis = claim.pop("thesis", None) or [None] * len(parts)
+        required = claim.pop("requires", [])
         pairs = [(p, t) for p, t in zip(parts, thesis) if set(runs_of(p["a"]) + runs_of(p["b"])) <= known]
         if pairs:
+            for part, _ in pairs:
+                names = [n for n in [*required, *part.pop("requires", [])] if checkable(n, part)]
+                if names:
+                    part["requires"] = names
             claim["parts"] = [p for p, _ in pairs]
             if any(t is not None for _, t in pairs):
                 claim["thesis"] = [t or [None, None] for _, t in pairs]
             kept.append(claim)
-    path.write_text(yaml.safe_dump({"claims": kept}, sort_keys=False))
+    path.write_text(yaml.safe_dump({"preconditions": preconditions, "claims": kept}, sort_keys=False))
 
 
 @pytest.fixture(scope="module")
