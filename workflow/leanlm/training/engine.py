@@ -42,6 +42,7 @@ from leanlm.progress import progress
 
 from leanlm.errors import ConfigError, TrainingError
 from leanlm.io import write_error
+from leanlm.modeling.models import loss_only_kwargs
 from leanlm.training import checkpointing, loss_readback
 from leanlm.training.distributed import (
     all_reduce_sum,
@@ -107,6 +108,9 @@ class Trainer:
         self.local_accum = local_grad_accum(config.grad_accum, self.world_size, config.desc)
         self.model = model.to(self.device)
         self.autocast_dtype = _autocast_dtype(config.precision, self.device)
+        # The training step reads the loss alone: a model that can skip its logits (the LM heads,
+        # leanlm.modeling.lm_loss) computes the loss in chunks and never holds the whole logits.
+        self.loss_only = loss_only_kwargs(model)
         # On an accelerator the loss is read back only at the log/eval/checkpoint boundaries, not every
         # step (a read waits for the device); the fused AdamW skips an update on the device instead.
         self.deferred_checks = loss_readback.defers_checks(self.device)
@@ -212,7 +216,7 @@ class Trainer:
             sync = contextlib.nullcontext() if last or self.world_size == 1 else self.train_model.no_sync()
             with sync:
                 with self._autocast():
-                    output = self.train_model(**batch)
+                    output = self.train_model(**batch, **self.loss_only)
                 loss = _loss_of(output)
                 # DDP averages over ranks, so the gradient is the mean over all grad_accum micro-batches.
                 (loss / self.local_accum).backward()
@@ -359,7 +363,7 @@ class Trainer:
         with torch.random.fork_rng(devices=devices):
             batch = self._to_device(self.batch_at(self.state.step, self.rank))
             with self._autocast():
-                _loss_of(self.model(**batch)).backward()
+                _loss_of(self.model(**batch, **self.loss_only)).backward()
         unused = sum(p.grad is None for p in self.model.parameters() if p.requires_grad)
         self.optimizer.zero_grad(set_to_none=True)
         any_unused = all_reduce_sum(torch.tensor([float(unused)], device=self.device)).item() > 0
