@@ -36,6 +36,7 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.encoder import init_bert_weights
 from leanlm.modeling.lm_loss import shift_left, vocab_cross_entropy
 from leanlm.modeling.models import register_model
+from leanlm.modeling.recompute import BlockStack
 from leanlm.modeling.vocab import real_logits, vocab_table
 
 
@@ -66,8 +67,9 @@ class GPT2Block(nn.Module):
         return x + self.dropout(self.output(hidden))
 
 
-class GPT2Decoder(nn.Module):
-    """Token + learned position embeddings, ``n_layers`` pre-LN blocks, final LayerNorm."""
+class GPT2Decoder(BlockStack, nn.Module):
+    """Token + learned position embeddings, ``n_layers`` pre-LN blocks (each checkpointed when
+    ``activation_checkpointing``, leanlm.modeling.recompute), final LayerNorm."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -98,7 +100,7 @@ class GPT2Decoder(nn.Module):
         positions = torch.arange(self.position_offset, self.position_offset + length, device=input_ids.device)
         x = self.dropout(self.token_embeddings(input_ids) + self.position_embeddings(positions)[None])
         for layer in self.layers:
-            x = layer(x, attention_mask)
+            x = self.run_block(layer, x, attention_mask)
         return self.final_norm(x)
 
 

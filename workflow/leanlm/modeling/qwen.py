@@ -36,6 +36,7 @@ from leanlm.modeling.mixers import MIXERS, GatedMLP, MixerContext, RMSNorm, buil
 from leanlm.modeling.mixers.base import rope_tables
 from leanlm.modeling.lm_loss import shift_left, vocab_cross_entropy
 from leanlm.modeling.models import register_model
+from leanlm.modeling.recompute import BlockStack
 from leanlm.modeling.vocab import real_logits, vocab_table
 
 
@@ -74,8 +75,9 @@ class QwenBlock(nn.Module):
         return x + self.dropout(self.mlp(self.post_attention_layernorm(x)))
 
 
-class QwenModel(nn.Module):
-    """Embeddings, blocks and the final norm; owns the fixed Q/K stream where a mixer needs one."""
+class QwenModel(BlockStack, nn.Module):
+    """Embeddings, blocks (each checkpointed when ``activation_checkpointing``, leanlm.modeling.recompute)
+    and the final norm; owns the fixed Q/K stream where a mixer needs one."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -164,7 +166,7 @@ class QwenModel(nn.Module):
                     ctx.attention_mask = torch.cat([attention_mask.new_ones(1, length), attention_mask])
         for layer in self.layers:
             if layer.layer_idx not in skip_layers:
-                x = layer(x, ctx)
+                x = self.run_block(layer, x, ctx)
         if ctx.fixed_row:
             x = x[1:]
         return self.norm(x)

@@ -38,6 +38,7 @@ from leanlm.modeling.config import ModelConfig
 # IGNORE_INDEX: the label of positions without a target; the translation objective imports it from here.
 from leanlm.modeling.lm_loss import IGNORE_INDEX, vocab_cross_entropy  # noqa: F401
 from leanlm.modeling.models import register_model
+from leanlm.modeling.recompute import BlockStack
 from leanlm.modeling.vocab import real_logits, vocab_table
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -184,7 +185,9 @@ class Embedder(nn.Module):
         return self.dropout(embedded)
 
 
-class TransformerEncoder(nn.Module):
+class TransformerEncoder(BlockStack, nn.Module):
+    """The source side's blocks (each checkpointed when ``activation_checkpointing``: leanlm.modeling.recompute)."""
+
     def __init__(self, config: ModelConfig, embed: Embedder):
         super().__init__()
         self.embed = embed
@@ -193,11 +196,13 @@ class TransformerEncoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         x = self.embed(input_ids)
         for layer in self.layers:
-            x = layer(x, attention_mask)
+            x = self.run_block(layer, x, attention_mask)
         return x
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(BlockStack, nn.Module):
+    """The target side's blocks (checkpointed as the encoder's when training; decoding with a cache never is)."""
+
     def __init__(self, config: ModelConfig, embed: Embedder):
         super().__init__()
         self.embed = embed
@@ -207,7 +212,8 @@ class TransformerDecoder(nn.Module):
                 cache: Cache | None = None, offset: int = 0) -> torch.Tensor:
         x = self.embed(decoder_input_ids, offset)
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, memory_mask, None if cache is None else cache[i])
+            # A cached step appends to its cache: never recomputed (decoding runs without gradients anyway).
+            x = self.run_block(layer, x, memory, memory_mask, None) if cache is None else layer(x, memory, memory_mask, cache[i])
         return x
 
 

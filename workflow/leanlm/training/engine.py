@@ -43,6 +43,7 @@ from leanlm.progress import progress
 from leanlm.errors import ConfigError, TrainingError
 from leanlm.io import write_error
 from leanlm.modeling.models import loss_only_kwargs
+from leanlm.modeling.recompute import set_activation_checkpointing
 from leanlm.training import checkpointing, loss_readback
 from leanlm.training.distributed import (
     all_reduce_sum,
@@ -107,6 +108,8 @@ class Trainer:
         self.rank, self.world_size, _, self.device = init_distributed()
         self.local_accum = local_grad_accum(config.grad_accum, self.world_size, config.desc)
         self.model = model.to(self.device)
+        if config.activation_checkpointing:
+            set_activation_checkpointing(self.model)  # ConfigError for a model without transformer blocks
         self.autocast_dtype = _autocast_dtype(config.precision, self.device)
         # The training step reads the loss alone: a model that can skip its logits (the LM heads,
         # leanlm.modeling.lm_loss) computes the loss in chunks and never holds the whole logits.

@@ -226,6 +226,7 @@ def pretrain_train_config(settings: dict, desc: str) -> TrainConfig:
         # defaults apply and the rule's params, hence its outputs, are unchanged.
         compile=settings.get("compile", False),
         prefetch=settings.get("prefetch", TrainConfig.prefetch),
+        activation_checkpointing=settings.get("activation_checkpointing", False),
     )
 
 
