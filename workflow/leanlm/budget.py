@@ -21,9 +21,12 @@ task data when it exists, else :data:`HUB_TRAIN_EXAMPLES`). The lm family's fine
 counted in windows of its ``max_length`` over :data:`HUB_TRAIN_TOKENS`. Early stopping can only shorten
 them; zero-shot evaluation (lm-eval, perplexity, BLEU) is one pass over the test sets and not counted.
 
-Disk: checkpoints are exact byte counts (fp32 weights; a resumable checkpoint adds AdamW's two
-moments, held once per run while it trains); a token stream holds its corpus once (2 bytes a token
-below 65,536 ids, 4 above), capped by what the longest schedule over it reads.
+Disk: checkpoints are exact byte counts (fp32 weights, padded vocabulary rows included; a resumable
+checkpoint adds AdamW's two moments, held once per run while it trains); a token stream holds its corpus
+once (2 bytes a token below 65,536 ids, 4 above), capped by what the longest schedule over it reads.
+
+GPU memory: every pretraining run's peak at its micro-batch, with and without activation checkpointing
+(:func:`run_memories`, estimated by :mod:`leanlm.memory`; docs/memory.md).
 """
 
 from __future__ import annotations
@@ -173,7 +176,8 @@ def run_memories(config: dict, both: bool = True) -> list:
     out = []
     for run in pretrained_runs(config):
         settings = pretrain_settings(config, run)
-        out.append(run_memory(run, run_model_config(config, run, settings), settings, both))
+        out.append(run_memory(run.run_id, _HEADS[run.objective], run_model_config(config, run, settings), settings,
+                              both))
     return out
 
 

@@ -54,8 +54,6 @@ GPU_MEMORY_GB: tuple[tuple[str, float], ...] = (
     ("H100 NVL", 94), ("H100", 80), ("H200", 141), ("A100 40GB", 40), ("A100", 80), ("L40S", 48),
     ("L40", 48), ("L4", 24),
 )
-# Objectives and the model head they train (those with a pretraining step).
-HEADS = {"mlm": "mlm", "shuffle_random": "shuffle_random", "causal_lm": "causal_lm", "translation": "seq2seq"}
 
 
 def gpu_memory_gb(name: str) -> float | None:
@@ -195,10 +193,10 @@ def code_version() -> str:
 
 
 # ------------------------------------------------------------------------------------ a profile's runs
-def run_memory(run, model_config: ModelConfig, settings: dict, both: bool = True) -> RunMemory:
-    """The memory of ``run`` (its model config, vocabulary included, and pretraining settings); ``both``:
-    with and without checkpointing, else as configured only (the other entry repeats it)."""
-    head = HEADS[run.objective]
+def run_memory(run_id: str, head: str, model_config: ModelConfig, settings: dict, both: bool = True) -> RunMemory:
+    """The memory of a run training the ``head`` model of ``model_config`` (vocabulary included) with its
+    pretraining ``settings``; ``both``: with and without checkpointing, else as configured only (the
+    other entry then repeats it)."""
     on = bool(settings.get("activation_checkpointing", False))
     mask_prob = float(settings.get("mask_prob", 0.15))
     results = {}
@@ -207,7 +205,7 @@ def run_memory(run, model_config: ModelConfig, settings: dict, both: bool = True
                                     mask_prob)
     plain, checkpointed = results.get(False, results[on]), results.get(True, results[on])
     static = plain[2]
-    return RunMemory(run.run_id, settings["batch_size"], settings["seq_len"], settings.get("grad_accum", 1), on,
+    return RunMemory(run_id, settings["batch_size"], settings["seq_len"], settings.get("grad_accum", 1), on,
                      static["weights"], static["gradients"], static["optimizer"],
                      (plain[0], checkpointed[0]), (plain[1], checkpointed[1]))
 
@@ -243,12 +241,12 @@ def check_gpu_memory(config: dict, run_memories) -> list[str]:
     warnings = []
     for r in run_memories(config, False):
         if not r.fits(gb):
-            other = "" if r.checkpointing or not r.fits(gb, True) else "; activation_checkpointing: true fits"
+            remedy = "" if r.checkpointing else " (or set activation_checkpointing: true)"
             warnings.append(
                 f"{config['_params_file']}: run {r.run_id} needs about {r.peak() / GiB:,.1f} GiB of GPU memory at "
                 f"its micro-batch of {r.batch_size} x {r.seq_len} (checkpointing {'on' if r.checkpointing else 'off'}), "
                 f"more than {usable_bytes(gb) / GiB:,.1f} GiB ({1 - MARGIN:.0%} of resources.pretrain.gpu_memory_gb "
-                f"= {gb:g}): lower its batch_size and raise grad_accum to keep the global batch{other}")
+                f"= {gb:g}): lower its batch_size and raise grad_accum to keep the global batch{remedy}; docs/memory.md")
     for warning in warnings:
         log.warning(warning)
     return warnings

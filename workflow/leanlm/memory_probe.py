@@ -3,15 +3,16 @@
 :func:`measure_step` builds a run's model (the real classes) under PyTorch's ``FakeTensorMode``, whose
 tensors have shapes, dtypes and a device but their storage on the ``meta`` device, so a 1.7B model
 and its activations cost no memory, and runs one micro-batch forward + backward as the training
-engine does (bf16 autocast, the loss alone, activation checkpointing as asked). A dispatch mode
-(:class:`LiveBytes`) follows every storage the step creates until it is freed, which gives
+engine does (bf16 autocast, the loss alone, activation checkpointing as asked, the gradients already
+allocated as on a later micro-batch). A dispatch mode (:class:`LiveBytes`) follows every storage the
+step creates until it is freed, which gives (:class:`StepBytes`)
 
-- ``activations``: the bytes alive when the forward ends -- what autograd keeps for the backward
-  (saved tensors, autocast's bf16 copies of the weights) and the loss;
-- ``peak``: the most bytes alive at any moment of the forward and backward (autocast's cache at the
-  end of the forward, gradient temporaries, a recomputed block, the loss chunk's logits), beyond the
-  parameters and their gradients, which exist before the step (:func:`static_bytes` counts them with
-  AdamW's state).
+- ``activations``: the bytes alive once the forward is over and autocast has let go of its cache: what
+  autograd keeps for the backward (saved tensors, the bf16 copies of the weights they include) and the
+  loss;
+- the peaks: the most bytes alive at any moment of the forward (autocast's cache at its end, the loss
+  chunk's logits) and of the backward (gradient temporaries, a recomputed block), beyond the parameters
+  and their gradients, which exist before the step (:func:`static_bytes` counts them with AdamW's state).
 
 The fake tensors live on a "cpu" device label, so autocast's CPU policy applies: matmuls (and SDPA)
 in bf16 as on CUDA; the few ops CUDA's policy runs in float32 and the CPU's does not (exp, pow, softmax,
@@ -26,12 +27,15 @@ different tensors, :func:`cuda_kernels` substitutes what the CUDA kernel keeps:
 
 and :func:`data_free` answers the forward's data-dependent calls: ``bool(tensor)`` (a check, or "drop
 the mask when nothing is padded") is False; ``torch.unique`` (EELBERT's distinct tokens) returns every
-row as distinct, an upper bound.
+row as distinct, an upper bound. Device-dependent choices of the kernels take their GPU values
+(Approximate's Taylor kernel batches its chunks by ``GROUP_BYTES["default"]``, as on a GPU).
 
-Device-dependent choices of the kernels take their GPU values (Approximate's Taylor kernel batches its
-chunks by ``GROUP_BYTES["default"]``, as on a GPU). Not modelled: the CUDA caching allocator's rounding
-and fragmentation, the CUDA context, NCCL's buffers under DDP and torch.compile's workspaces
-(leanlm.memory keeps a margin for them; docs/memory.md).
+The LM loss's chunks (leanlm.modeling.lm_loss) run as :class:`_LossChunk`, a stand-in with their inputs,
+outputs and gradients but no logits, for speed; one real chunk's excess over it is measured once per
+shape (:func:`loss_chunk_excess`) and added to both peaks.
+
+Not modelled: the CUDA caching allocator's rounding and fragmentation, the CUDA context, NCCL's buffers
+under DDP and torch.compile's workspaces (leanlm.memory keeps a margin for them; docs/memory.md).
 """
 
 from __future__ import annotations
@@ -129,12 +133,17 @@ class _FusedAttention(torch.autograd.Function):
 def data_free():
     """The forward's data-dependent calls answered without data (module docstring): ``bool(tensor)``
     is False and ``torch.unique`` keeps every row, while the context is open."""
-    saved = torch.Tensor.__bool__, torch.unique
+    own = torch.Tensor.__dict__.get("__bool__")  # None: inherited from the C base class
+    saved = torch.unique
     torch.Tensor.__bool__, torch.unique = lambda self: False, _all_distinct
     try:
         yield
     finally:
-        torch.Tensor.__bool__, torch.unique = saved
+        torch.unique = saved
+        if own is None:
+            del torch.Tensor.__bool__
+        else:
+            torch.Tensor.__bool__ = own
 
 
 @contextlib.contextmanager
