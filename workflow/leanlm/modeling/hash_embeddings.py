@@ -126,8 +126,9 @@ def batch_feature(features: Mapping[str, torch.Tensor], name: str, embedding: st
 
 @EMBEDDINGS.register("standard")
 class StandardEmbedding(nn.Embedding):
-    """BERT's word embedding: one row per vocabulary entry (an nn.Embedding, so checkpoints, weight
-    tying and the Hugging Face export see exactly the table they always saw)."""
+    """BERT's word embedding: one row per vocabulary entry, padded to ``config.vocab_rows`` for the
+    tensor cores (an nn.Embedding, so checkpoints and weight tying see the table they always saw; the
+    Hugging Face export writes the real rows only)."""
 
     features: tuple[str, ...] = ()
 

@@ -3,8 +3,8 @@
 Every LM head (BERT's MLM, GPT-2's and Qwen's next-token heads, the encoder-decoder's translation head)
 ends in ``cross_entropy(hidden @ W^T + b, targets)``, averaged over the positions that have a target
 (label ``-100`` marks the others). At the thesis's sizes the logits are the largest tensor of the step:
-ch. 4's micro-batch of 16 x 2048 tokens over Pythia's 50,304 rows is 1.6G numbers, 3.3 GB in bf16 and
-6.6 GB again as the float32 copy the loss is computed in. Two things keep that down:
+a micro-batch of 16 x 2048 tokens (ch. 4's) over Pythia's 50,304 rows is 1.6G numbers, 3.3 GB in bf16
+and 6.6 GB again as the float32 copy the loss is computed in. Two things keep that down:
 
 - next-token targets are the labels shifted left with a final ignored column (:func:`shift_left`), so
   position t of the logits is scored on token t+1 in place: no ``logits[:, :-1]`` slice to copy;
