@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from typing import Iterable, Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from leanlm.errors import ConfigError
