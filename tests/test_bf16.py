@@ -8,9 +8,9 @@ engine's own autocast (:func:`leanlm.training.engine.training_autocast`) and in 
 weights and batch, and the bf16 step must give a finite loss, finite gradients and gradients close to
 the fp32 ones.
 
-The models are the smoke profile's runs of every params/experiments/*.yaml family (ch. 2's hash
-embeddings, ch. 3's attention variants in each backbone they are used with, ch. 4's mixers in every
-layout, with GQA and q/k norms where the matrix has them), one case per distinct model, plus any
+The models are tests/model_cases.py's: the smoke profile's runs of every params/experiments/*.yaml family
+(ch. 2's hash embeddings, ch. 3's attention variants in each backbone they are used with, ch. 4's mixers
+in every layout, with GQA and q/k norms where the matrix has them), one case per distinct model, plus any
 registered ch. 3 attention or ch. 4 mixer the matrix does not train (each mixer in the uniform and
 hybrid layouts, each attention in the BERT encoder): a new variant is covered without editing this file.
 """
@@ -18,28 +18,21 @@ hybrid layouts, each attention in the BERT encoder): a new variant is covered wi
 from __future__ import annotations
 
 import copy
-import json
 import math
-from collections import Counter
 
 import pytest
 import torch
 
-from leanlm.config import load_config, load_matrix
-from leanlm.hashing import HashCodebook, word_tokenize
+from leanlm.config import load_matrix
 from leanlm.modeling.attention import ATTENTION
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
 from leanlm.modeling.mixers import MIXERS
 from leanlm.modeling.mixers.taylor import taylor_attention
 from leanlm.modeling.models import build_model
-from leanlm.plugins import OBJECTIVES
-from leanlm.runs import runs
 from leanlm.training.engine import training_autocast
-from leanlm.training.fixed_sequence import needs_fixed_text
 
-BATCH, LENGTH, VOCAB = 2, 16, 96
-PAD = 4  # padded positions at the end of the batch's second row (the masked paths run too)
+from model_cases import CHUNK, LENGTH, batch_for, build, distinct_models, use_small_chunks  # noqa: E402  (tests/ is on sys.path)
+
 CPU = torch.device("cpu")
 
 # How far the bf16 step's gradient may be from the fp32 one, as ||g_bf16 - g_fp32|| / ||g_fp32|| over
@@ -55,42 +48,7 @@ GRAD_TOLERANCE = 0.10
 LOSS_TOLERANCE = 0.02
 
 
-def _distinct_models() -> dict[str, tuple[dict, str]]:
-    """``{case id: (model fields, head)}``: one case per distinct model of the matrix (the first run
-    that trains it names it), then the registered variants the matrix leaves out."""
-    config = load_config()  # the smoke profile: every experiment family, at a small scale
-    missing = sorted(set(load_matrix()) - set(config["_matrix"]))
-    assert not missing, (f"params/smoke.yaml leaves out experiment families {missing}: the bf16 cases "
-                         "are read from it, so add them there (or read these cases elsewhere)")
-    cases: dict[str, tuple[dict, str]] = {}
-    seen: set[str] = set()
-
-    def add(name: str, fields: dict, head: str) -> None:
-        key = json.dumps([fields, head], sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            cases[name] = (fields, head)
-
-    for run in runs(config):
-        head = OBJECTIVES.get(run.objective).head
-        if head:  # objective "hub" downloads a trained model: nothing of ours trains
-            add(run.run_id, dict(run.model), head)
-    trained = {(fields["backbone"], fields["attention"]) for fields, _ in cases.values()}
-    qwen = next(fields for fields, _ in cases.values() if fields["backbone"] == "qwen")
-    bert = next(fields for fields, head in cases.values() if fields["backbone"] == "bert"
-                and head == "mlm" and fields.get("embedding", "standard") == "standard")
-    for name in MIXERS.names():
-        if ("qwen", name) not in trained:
-            for layout in ("uniform", "hybrid"):
-                add(f"registry-qwen-{name}-{layout}", {**qwen, "attention": name, "layout": layout},
-                    "causal_lm")
-    for name in ATTENTION.names():
-        if not any(attention == name for _, attention in trained):
-            add(f"registry-bert-{name}", {**bert, "attention": name}, "mlm")
-    return cases
-
-
-CASES = _distinct_models()
+CASES = distinct_models()
 
 # Models whose fp32 gradient at initialisation is itself ill-conditioned, so that no bf16 step can be
 # close to it: approximate_per_term divides by the appendix's first-order normaliser q . sum_j k_j
@@ -100,73 +58,11 @@ CASES = _distinct_models()
 # moves it by 110-130% (standard: 0.4%). The test checks that ill-conditioning instead of the
 # closeness (and finiteness, as for every model).
 ILL_CONDITIONED = {"approximate_per_term"}
-# Tokens per chunk of the chunked mixers (Approximate's Taylor kernel, the appendix's form,
-# Non-approximate's running softmax) in these tests: any value gives the same result (their
-# docstrings), and 4 makes a 16-token batch four chunks, so the states carried from chunk to chunk
-# (all but the first chunk of the pipeline's 2048-token sequences) are trained here too.
-CHUNK = 4
-
-
-WORDS = ("the cat sat on a mat while dogs ran far away from home and birds sang songs in tall green "
-         "trees near quiet rivers under grey skies").split()
-
-
-def _model(fields: dict, head: str) -> torch.nn.Module:
-    # No dropout: the fp32 and the bf16 step must run the same network.
-    config = ModelConfig.from_dict({**fields, "vocab_size": VOCAB, "dropout": 0.0,
-                                    "attention_dropout": 0.0})
-    torch.manual_seed(0)
-    model = build_model(config, head)
-    if needs_fixed_text(model):
-        # FixedSeqQK's fixed text (a held-out document in the pipeline): any max_position ids do here.
-        model.set_fixed_sequence(torch.arange(config.max_position) % VOCAB)
-    return model.train()
 
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    for name in MIXERS.names():
-        if hasattr(MIXERS.get(name), "chunk_size"):
-            monkeypatch.setattr(MIXERS.get(name), "chunk_size", CHUNK)
-
-
-def _token_ids(config: ModelConfig, generator: torch.Generator) -> tuple[torch.Tensor, dict]:
-    """(B, L) ids with the second row's last PAD positions padded (id 0), and the hash features the
-    model's word embedding reads (from a codebook of the batch's own words, as the pipeline builds)."""
-    if codebook_settings(config) is None:
-        ids = torch.randint(5, VOCAB, (BATCH, LENGTH), generator=generator)  # 0-4: special ids
-        ids[1, LENGTH - PAD:] = config.pad_token_id
-        return ids, {}
-    order = torch.randperm(len(WORDS), generator=generator).tolist()
-    texts = [" ".join(WORDS[i] for i in order[:LENGTH - 2]),
-             " ".join(WORDS[i] for i in order[LENGTH:2 * LENGTH - PAD - 2])]
-    book = HashCodebook.for_model(config, Counter(w for t in texts for w in word_tokenize(t)))
-    rows = book.encode(texts, max_len=LENGTH, add_special_tokens=True)
-    ids = torch.tensor([row + [config.pad_token_id] * (LENGTH - len(row)) for row in rows])
-    return ids, book.features(ids, embedding_features(config), config.embedding_options)
-
-
-def _batch(model: torch.nn.Module, head: str) -> dict:
-    generator = torch.Generator().manual_seed(1)
-    ids, features = _token_ids(model.config, generator)
-    mask = (ids != model.config.pad_token_id).long()
-    unlabelled = torch.full_like(ids, -100)
-    if head == "mlm":  # every third real token scored, as if masked
-        scored = mask.bool() & (torch.arange(LENGTH) % 3 == 0)
-        return dict(input_ids=ids, attention_mask=mask, labels=torch.where(scored, ids, unlabelled),
-                    **features)
-    if head == "shuffle_random":
-        classes = torch.randint(0, 3, ids.shape, generator=generator)
-        return dict(input_ids=ids, attention_mask=mask, labels=torch.where(mask.bool(), classes, unlabelled),
-                    **features)
-    if head == "causal_lm":
-        return dict(input_ids=ids, attention_mask=mask, labels=torch.where(mask.bool(), ids, unlabelled))
-    if head == "seq2seq":
-        target = torch.randint(5, VOCAB, (BATCH, LENGTH - PAD), generator=generator)
-        target[1, -PAD:] = model.config.pad_token_id
-        labels = torch.where(target != model.config.pad_token_id, target, -100)
-        return dict(input_ids=ids, attention_mask=mask, decoder_input_ids=target, labels=labels)
-    raise AssertionError(f"test_bf16 has no batch for model head {head!r}: add one to _batch")
+    use_small_chunks(monkeypatch)
 
 
 def _step(model: torch.nn.Module, batch: dict, precision: str) -> tuple[float, dict[str, torch.Tensor]]:
@@ -183,8 +79,8 @@ def _step(model: torch.nn.Module, batch: dict, precision: str) -> tuple[float, d
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_bf16_training_step_matches_fp32(case):
     fields, head = CASES[case]
-    model = _model(fields, head)
-    batch = _batch(model, head)
+    model = build(fields, head)
+    batch = batch_for(model, head)
     loss32, grads32 = _step(model, batch, "fp32")
     loss16, grads16 = _step(model, batch, "bf16")
     assert math.isfinite(loss32) and math.isfinite(loss16), (loss32, loss16)

@@ -32,7 +32,9 @@ def test_meta_built_model_counts_equal_a_real_model(paper):
     real = build_model(ModelConfig.from_dict({**run.model, "vocab_size": 30522}), "mlm")
     assert b.parameters == total_parameters(real)
     assert b.non_embedding == non_embedding_parameters(real)
-    assert b.checkpoint_bytes == 4 * total_parameters(real)
+    # A checkpoint stores the padded vocabulary rows (30,528 = 30,522 rounded up to 64), which no count includes.
+    assert b.checkpoint_bytes == 4 * sum(p.numel() for p in real.parameters())
+    assert b.checkpoint_bytes - 4 * total_parameters(real) == 4 * (30528 - 30522) * (768 + 1)  # table rows, head bias
 
 
 def test_bert_flops_per_token_are_bench_accounting_plus_the_masked_output(paper):
@@ -77,6 +79,13 @@ def test_readme_budget_command_runs_verbatim_and_reports_every_chapter():
     for chapter in ("ch2", "ch3", "ch4", "all"):
         assert f"| {chapter} |" in proc.stdout
     assert "final checkpoints" in proc.stdout
+    # Every pretraining run's peak GPU memory, and every one fits the 80 GB H100 the profile declares.
+    paper = load_config(REPO / "params" / "paper.yaml")
+    assert paper["resources"]["pretrain"]["gpu_memory_gb"] == 80
+    memory_rows = [line for line in proc.stdout.splitlines() if line.startswith("| ch") and " x " in line]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in memory_rows] == [
+        run.run_id for run in budget.pretrained_runs(paper)]
+    assert all(row.endswith("| yes |") for row in memory_rows), [r for r in memory_rows if not r.endswith("| yes |")]
     # The README's copy of the report is the command's output on this code, not typed numbers.
     section = readme.split("## Compute and disk budget", 1)[1].split("\n## ", 1)[0]
     printed = [line for line in section.splitlines() if line.startswith("| ")]

@@ -25,7 +25,8 @@ import pytest
 import torch
 import torch._dynamo
 
-import test_bf16 as bf16_cases  # the models and batches of the bf16 test (tests/ is on sys.path)
+import model_cases as bf16_cases  # the bf16 test's models and batches (tests/model_cases.py)
+from leanlm.modeling.mixers import MIXERS
 from leanlm.modeling.heads import labelled_positions
 
 # Outside the attention variants and mixers: EELBERT's embedding (ch. 2, related work) embeds each
@@ -49,17 +50,18 @@ def _cases() -> dict[str, tuple[dict, str]]:
     """One case per code path, with at most two layers: dynamo traces every layer, the same code each time
     (two is the least that holds a hybrid layout's simple and standard layer)."""
     distinct: dict[str, str] = {}
-    for name, (fields, head) in bf16_cases.CASES.items():
+    for name, (fields, head) in ALL.items():
         distinct.setdefault(_code_path(fields, head), name)
     cases = {}
     for name in distinct.values():
-        fields, head = bf16_cases.CASES[name]
+        fields, head = ALL[name]
         if fields.get("layout") in (None, "uniform", "hybrid"):
             fields = {**fields, "n_layers": min(fields["n_layers"], 2)}
         cases[name] = (fields, head)
     return cases
 
 
+ALL = bf16_cases.distinct_models()  # every distinct model of the matrix, as test_bf16 takes them
 CASES = _cases()
 
 
@@ -85,9 +87,9 @@ def _traced(model: torch.nn.Module, batch: dict) -> None:
 def two_chunks(monkeypatch):
     """8-token chunks for the chunked mixers: a 16-token batch is two chunks, the second reading the
     state carried from the first (any chunk size gives the same result; their docstrings)."""
-    for name in bf16_cases.MIXERS.names():
-        if hasattr(bf16_cases.MIXERS.get(name), "chunk_size"):
-            monkeypatch.setattr(bf16_cases.MIXERS.get(name), "chunk_size", bf16_cases.LENGTH // 2)
+    for name in MIXERS.names():
+        if hasattr(MIXERS.get(name), "chunk_size"):
+            monkeypatch.setattr(MIXERS.get(name), "chunk_size", bf16_cases.LENGTH // 2)
 
 
 @pytest.mark.usefixtures("two_chunks")
@@ -96,8 +98,8 @@ def test_training_forward_is_one_graph(case):
     fields, head = CASES[case]
     if fields.get("embedding") in KNOWN_BREAKS:
         pytest.skip(KNOWN_BREAKS[fields["embedding"]])
-    model = bf16_cases._model(fields, head)
-    padded = bf16_cases._batch(model, head)
+    model = bf16_cases.build(fields, head)
+    padded = bf16_cases.batch_for(model, head)
     if head == "mlm":  # as MLMBatches builds it: the labelled positions counted on the host
         padded["masked_positions"] = labelled_positions(padded["labels"])
     for batch in _batches(padded, head):
@@ -107,7 +109,7 @@ def test_training_forward_is_one_graph(case):
 def test_every_variant_is_traced():
     """The reduction to code paths keeps every registered attention and mixer, in both layouts."""
     fields = [f for f, _ in CASES.values()]
-    assert {f["attention"] for f in fields} == {f["attention"] for f, _ in bf16_cases.CASES.values()}
+    assert {f["attention"] for f in fields} == {f["attention"] for f, _ in ALL.values()}
     for name in {f["attention"] for f in fields if f["backbone"] == "qwen"} - {"standard"}:
         assert {"uniform", "hybrid"} <= {f["layout"] for f in fields if f["attention"] == name}, name
 
@@ -122,8 +124,8 @@ def test_approximate_compiles_through_aot_autograd(case):
     other model here passes this too, measured at twice the tracing test's time: Approximate is the one
     with buffers.)"""
     fields, head = CASES[case]
-    model = bf16_cases._model(fields, head)
-    batch = _batches(bf16_cases._batch(model, head), head)[0]
+    model = bf16_cases.build(fields, head)
+    batch = _batches(bf16_cases.batch_for(model, head), head)[0]
     loss = model(**batch)["loss"]
     loss.backward()
     eager = {name: p.grad.clone() for name, p in model.named_parameters()}

@@ -21,9 +21,12 @@ task data when it exists, else :data:`HUB_TRAIN_EXAMPLES`). The lm family's fine
 counted in windows of its ``max_length`` over :data:`HUB_TRAIN_TOKENS`. Early stopping can only shorten
 them; zero-shot evaluation (lm-eval, perplexity, BLEU) is one pass over the test sets and not counted.
 
-Disk: checkpoints are exact byte counts (fp32 weights; a resumable checkpoint adds AdamW's two
-moments, held once per run while it trains); a token stream holds its corpus once (2 bytes a token
-below 65,536 ids, 4 above), capped by what the longest schedule over it reads.
+Disk: checkpoints are exact byte counts (fp32 weights, padded vocabulary rows included; a resumable
+checkpoint adds AdamW's two moments, held once per run while it trains); a token stream holds its corpus
+once (2 bytes a token below 65,536 ids, 4 above), capped by what the longest schedule over it reads.
+
+GPU memory: every pretraining run's peak at its micro-batch, with and without activation checkpointing
+(:func:`run_memories`, estimated by :mod:`leanlm.memory`; docs/memory.md).
 """
 
 from __future__ import annotations
@@ -141,14 +144,41 @@ def _vocab_rows(config: dict, run, settings: dict) -> int:
     return _tokenizer_vocab(config, config["data"]["tokenizer"], "data.tokenizer")
 
 
-def _meta_model(config: dict, run, settings: dict):
+def run_model_config(config: dict, run, settings: dict):
+    """The ModelConfig run ``run`` trains: its model fields and its tokenizer's vocabulary."""
     from leanlm.modeling.config import ModelConfig
-    from leanlm.modeling.models import build_model
 
     fields = {**run.model, "vocab_size": _vocab_rows(config, run, settings)}
-    model_config = ModelConfig.from_dict(fields, where=f"run {run.run_id}")
+    return ModelConfig.from_dict(fields, where=f"run {run.run_id}")
+
+
+def _meta_model(config: dict, run, settings: dict):
+    from leanlm.modeling.models import build_model
+
+    model_config = run_model_config(config, run, settings)
     with torch.device("meta"):
         return build_model(model_config, _HEADS[run.objective]), model_config
+
+
+def pretrained_runs(config: dict) -> list:
+    """The runs with a pretraining step of their own (not evaluating another run's model)."""
+    from leanlm.runs import runs
+
+    return [run for run in runs(config) if run.objective in _HEADS and not run.evaluate_from]
+
+
+def run_memories(config: dict, both: bool = True) -> list:
+    """Every pretraining run's GPU memory (leanlm.memory.RunMemory), with and without activation
+    checkpointing (``both``) or as configured only."""
+    from leanlm.memory import run_memory
+    from leanlm.runs import pretrain_settings
+
+    out = []
+    for run in pretrained_runs(config):
+        settings = pretrain_settings(config, run)
+        out.append(run_memory(run.run_id, _HEADS[run.objective], run_model_config(config, run, settings), settings,
+                              both))
+    return out
 
 
 def score_width(model) -> int:
@@ -179,8 +209,9 @@ def pretrain_budget(config: dict, run) -> RunBudget:
                  + output_flops_per_token(model_config, run.objective, settings))
     tokens = settings["steps"] * settings["batch_size"] * settings.get("grad_accum", 1) * seq_len
     params = total_parameters(model)
+    stored = sum(p.numel() for p in model.parameters())  # what a checkpoint holds: padded vocabulary rows too
     return RunBudget(run.run_id, chapter_of(run.run_id), params, non_embedding_parameters(model), width, tokens,
-                     per_token, checkpoint_bytes=4 * params, training_state_bytes=12 * params)
+                     per_token, checkpoint_bytes=4 * stored, training_state_bytes=12 * stored)
 
 
 def _train_examples(config: dict, family: str, task: str) -> int | None:
@@ -305,11 +336,15 @@ def report(result: Budget, peak_flops: float, mfu: float, device: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_json(result: Budget) -> str:
+def to_json(result: Budget, memories: list | None = None) -> str:
+    """The budget's numbers as JSON; ``memories`` (leanlm.memory.RunMemory) add each run's peak GPU memory
+    in bytes, with and without activation checkpointing."""
+    memory = [{**m.__dict__, "peak": m.peak(), "peak_plain": m.peak(False), "peak_checkpointed": m.peak(True)}
+              for m in memories or []]
     return json.dumps({"profile": result.profile,
                        "pretrain": [{**b.__dict__, "flops": b.flops} for b in result.pretrain],
                        "finetune": [{**f.__dict__, "flops": f.flops} for f in result.finetune],
-                       "stream_bytes": result.stream_bytes, "notes": result.notes}, indent=1)
+                       "stream_bytes": result.stream_bytes, "notes": result.notes, "memory": memory}, indent=1)
 
 
 def check_fraction(mfu: float) -> float:

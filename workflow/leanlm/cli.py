@@ -54,6 +54,12 @@ def cmd_validate(args) -> None:
     check_dvc_profile(config, paths.project_root() / "dvc.yaml")  # as the Snakefile does: DVC has its stages
     load_tables()  # params/tables.yaml, as the Snakefile reads it: renderers inside leanlm.reporting
     check_params_tables(config)  # the hyperparameter tables render from this profile
+    # Runs that would not fit the GPU memory the profile declares (resources.pretrain.gpu_memory_gb): logged
+    # warnings, not errors (an estimate, docs/memory.md); measured only for a profile that declares it.
+    from leanlm.budget import run_memories
+    from leanlm.memory import check_gpu_memory
+
+    check_gpu_memory(config, run_memories)
     print(f"{config['_params_file']}: valid; profile {config['profile']!r}, source {config['source']!r}")
     for run in runs(config):
         print(f"  {run.run_id}: {run.backbone} {run.attention}, pretrain {run.objective}, fine-tune {', '.join(run.finetune)}")
@@ -172,6 +178,7 @@ def _bench_parity(args) -> None:
 
 def cmd_budget(args) -> None:
     from leanlm import budget as budget_mod
+    from leanlm import memory
     from leanlm.benchmarks.pretraining import PEAK_BF16_FLOPS, peak_flops
 
     peak = peak_flops(args.gpu)
@@ -179,12 +186,21 @@ def cmd_budget(args) -> None:
         from leanlm.errors import ConfigError
 
         raise ConfigError(f"--gpu {args.gpu!r}: no bf16 peak known; one of {[name for name, _ in PEAK_BF16_FLOPS]}")
-    result = budget_mod.budget(_config(args), tokens_per_example=args.finetune_tokens)
-    print(budget_mod.report(result, peak, budget_mod.check_fraction(args.mfu), args.gpu), end="")
+    config = _config(args)
+    result = budget_mod.budget(config, tokens_per_example=args.finetune_tokens)
+    mfu = budget_mod.check_fraction(args.mfu)
+    gpu_gb = memory.gpu_memory_gb(args.gpu)
+    if gpu_gb is None:
+        from leanlm.errors import ConfigError
+
+        raise ConfigError(f"--gpu {args.gpu!r}: its memory is unknown; one of {[n for n, _ in memory.GPU_MEMORY_GB]}")
+    print(budget_mod.report(result, peak, mfu, args.gpu), end="")
+    memories = budget_mod.run_memories(config)  # every run with and without activation checkpointing
+    print("\n" + memory.memory_table(memories, args.gpu), end="")
     if args.out:
         from leanlm.io import write_text
 
-        write_text(args.out, budget_mod.to_json(result))
+        write_text(args.out, budget_mod.to_json(result, memories))
 
 
 def cmd_gpu_check(args) -> None:
@@ -350,9 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="also write the report as JSON here")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("budget", help="GPU-hours per chapter and disk of a profile, computed from its runs")
+    p = sub.add_parser("budget", help="GPU-hours per chapter, disk and each run's peak GPU memory of a profile, "
+                                      "computed from its runs")
     _params_arg(p)
-    p.add_argument("--gpu", default="H100", help="GPU whose bf16 dense peak sets the hours (default H100 SXM)")
+    p.add_argument("--gpu", default="H100", help="GPU whose bf16 dense peak sets the hours and whose memory the "
+                                                 "runs must fit (default H100 SXM, 80 GB)")
     p.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed (default 0.4)")
     p.add_argument("--finetune-tokens", type=int, default=128,
                    help="mean tokens per fine-tuning example (batches pad to the longest in the batch)")

@@ -41,6 +41,7 @@ from torch import nn
 from leanlm.data.tokenizer import special_token_id
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.scoring import model_device, rolling_windows, score_windows
+from leanlm.modeling.counting import total_parameters  # the tables' count: padded vocabulary rows left out
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ class LeanLMEvalAdapter(TemplateLM):
 
     def get_model_info(self) -> dict:
         parameters = list(self.model.parameters())
-        return {"model_num_parameters": sum(p.numel() for p in parameters), "max_length": self._max_length,
+        return {"model_num_parameters": total_parameters(self.model), "max_length": self._max_length,
                 "model_dtype": str(parameters[0].dtype) if parameters else None}
 
 

@@ -29,6 +29,7 @@ from leanlm.errors import ConfigError, LeanLMError, TrainingError
 from leanlm.io import atomic_path, sha256_file, write_json
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model, head_of, model_class, transfer_backbone
+from leanlm.modeling.vocab import unpadded_state_dict
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -45,12 +46,14 @@ def model_kind(model: nn.Module) -> str:
                         f"leanlm.modeling.models.MODELS") from None
 
 
-def _deduplicated_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """State dict with each shared tensor once, and ``{alias: stored key}`` for the others."""
+def _deduplicated_state(model: nn.Module, state: dict[str, torch.Tensor] | None = None
+                        ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """State dict (``state``, default the model's) with each shared tensor once, and ``{alias: stored
+    key}`` for the others."""
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     owner: dict[tuple, str] = {}
-    for key, t in model.state_dict().items():
+    for key, t in (model.state_dict() if state is None else state).items():
         ident = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
                  tuple(t.stride()), t.dtype)
         if ident in owner:
@@ -133,8 +136,13 @@ def load_model(directory: str | os.PathLike, kind: str | None = None,
     directory = Path(directory)
     meta = read_checkpoint_meta(directory)
     config_path = directory / CONFIG_NAME
+    fields = meta.get("model", {})
+    if isinstance(fields, dict) and "pad_vocab_to" not in fields:
+        # Written before vocabulary tables were padded (ModelConfig.pad_vocab_to): its tables have
+        # vocab_size rows, so the model is rebuilt unpadded, as it was trained.
+        fields = {**fields, "pad_vocab_to": 1}
     try:
-        config = ModelConfig.from_dict(meta.get("model", {}), where=f"{config_path}: model")
+        config = ModelConfig.from_dict(fields, where=f"{config_path}: model")
     except ConfigError as err:
         raise TrainingError(f"checkpoint config is unusable: {err}") from None
     saved_kind = meta["kind"]
@@ -244,7 +252,8 @@ def hf_bert(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], dic
     ``transformers`` twin is built from (:mod:`leanlm.modeling.hf_twins`)."""
     config: ModelConfig = model.config
     check_hf_bert(config, where)
-    tensors, _ = _deduplicated_state(model)
+    # Hugging Face's tables have vocab_size rows: the padded ones (leanlm.modeling.vocab) stay behind.
+    tensors, _ = _deduplicated_state(model, unpadded_state_dict(model))
     try:
         hf_tensors = {_hf_name(k): v for k, v in tensors.items() if k != "decoder.weight"}
     except KeyError as err:

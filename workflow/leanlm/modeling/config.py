@@ -64,6 +64,11 @@ class ModelConfig:
     rope_theta: float = 10000.0
     layout: str = "uniform"
     tie_word_embeddings: bool = True
+    # Rows of the vocabulary tables (word embedding, output head) are rounded up to a multiple of this,
+    # so the output projection's matmul has tensor-core-friendly sizes; 1 = no padding. The padded rows
+    # are never counted as parameters and their logits never reach a loss, softmax or argmax
+    # (leanlm.modeling.vocab). Checkpoints written before the option existed load with 1 (checkpoint.py).
+    pad_vocab_to: int = 64
 
     def __post_init__(self) -> None:
         self.validate()
@@ -78,7 +83,7 @@ class ModelConfig:
                 f"{where}: backbone={self.backbone!r} is not supported here; use one of {BACKBONES}"
             )
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "head_dim", "d_ff",
-                     "max_position"):
+                     "max_position", "pad_vocab_to"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{where}: {name}={value!r} must be a positive integer")
@@ -122,6 +127,11 @@ class ModelConfig:
     def kv_heads(self) -> int:
         """Key/value heads: n_kv_heads, or n_heads when 0 (plain multi-head attention)."""
         return self.n_kv_heads or self.n_heads
+
+    @property
+    def vocab_rows(self) -> int:
+        """Rows of the vocabulary tables: ``vocab_size`` rounded up to a multiple of ``pad_vocab_to``."""
+        return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
 
     @property
     def max_tokens(self) -> int:

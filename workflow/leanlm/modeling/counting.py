@@ -13,6 +13,7 @@ from typing import Any
 from torch import nn
 
 from leanlm.modeling.attention import ATTENTION, Attention
+from leanlm.modeling.vocab import padding_parameters
 
 
 def attention_parameters(module: nn.Module) -> int:
@@ -38,18 +39,20 @@ def model_attention_parameters(model: nn.Module) -> int:
 
 
 def total_parameters(model: nn.Module) -> int:
-    """All parameters, tied ones counted once (as ``transformers``' ``num_parameters()``)."""
-    return sum(p.numel() for p in model.parameters())
+    """All parameters, tied ones counted once (as ``transformers``' ``num_parameters()``), the rows a
+    vocabulary table is padded with left out (they exist for the tensor cores only: leanlm.modeling.vocab)."""
+    return sum(p.numel() for p in model.parameters()) - padding_parameters(model)
 
 
 def embedding_parameters(model: nn.Module) -> int:
-    """Rows of every nn.Embedding table (word, position, token type), each table once."""
+    """Rows of every nn.Embedding table (word, position, token type), each table once, padded
+    vocabulary rows left out."""
     seen: set[int] = set()
     total = 0
     for m in model.modules():
         if isinstance(m, nn.Embedding) and id(m.weight) not in seen:
             seen.add(id(m.weight))
-            total += m.weight.numel()
+            total += m.weight.numel() - padding_parameters(m)
     return total
 
 

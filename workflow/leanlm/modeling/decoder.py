@@ -34,10 +34,11 @@ from leanlm.errors import ConfigError
 from leanlm.modeling.attention import build_attention
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.encoder import init_bert_weights
+from leanlm.modeling.lm_loss import shift_left, vocab_cross_entropy
 from leanlm.modeling.models import register_model
 from leanlm.modeling.padding import padding_mask
-
-IGNORE_INDEX = -100  # label of positions that take no part in the loss
+from leanlm.modeling.recompute import BlockStack
+from leanlm.modeling.vocab import real_logits, vocab_table
 
 
 def build_causal_attention(config: ModelConfig) -> nn.Module:
@@ -67,8 +68,9 @@ class GPT2Block(nn.Module):
         return x + self.dropout(self.output(hidden))
 
 
-class GPT2Decoder(nn.Module):
-    """Token + learned position embeddings, ``n_layers`` pre-LN blocks, final LayerNorm."""
+class GPT2Decoder(BlockStack, nn.Module):
+    """Token + learned position embeddings, ``n_layers`` pre-LN blocks (each checkpointed when
+    ``activation_checkpointing``, leanlm.modeling.recompute), final LayerNorm."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -77,7 +79,8 @@ class GPT2Decoder(nn.Module):
                               f"the standard token embedding (ch. 3); use embedding: standard")
         self.config = config
         self.position_offset = config.position_offset
-        self.token_embeddings = nn.Embedding(config.vocab_size, config.d_model)
+        # config.vocab_rows: padded for the tensor cores, as the output head tied to it (leanlm.modeling.vocab)
+        self.token_embeddings = vocab_table(nn.Embedding(config.vocab_rows, config.d_model), config.vocab_size)
         self.position_embeddings = nn.Embedding(config.max_position, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(GPT2Block(config) for _ in range(config.n_layers))
@@ -96,7 +99,7 @@ class GPT2Decoder(nn.Module):
         positions = torch.arange(self.position_offset, self.position_offset + length, device=input_ids.device)
         x = self.dropout(self.token_embeddings(input_ids) + self.position_embeddings(positions)[None])
         for layer in self.layers:
-            x = layer(x, attention_mask)
+            x = self.run_block(layer, x, attention_mask)
         return self.final_norm(x)
 
 
@@ -124,6 +127,7 @@ class GPT2ForCausalLM(nn.Module):
     """
 
     backbone_prefix = "decoder."
+    takes_return_logits = True  # forward(return_logits=False): the loss alone (the engine's training step)
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -131,31 +135,28 @@ class GPT2ForCausalLM(nn.Module):
         self.decoder = GPT2Decoder(config)
         self.lm_head = None
         if not config.tie_word_embeddings:
-            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+            self.lm_head = vocab_table(nn.Linear(config.d_model, config.vocab_rows, bias=False), config.vocab_size)
             init_bert_weights(self.lm_head, config.initializer_range)
 
     def output_embeddings(self) -> torch.Tensor:
-        """The (V, d_m) output matrix: the token embedding when tied (GPT-2), else ``lm_head``."""
+        """The (vocab_rows, d_m) output matrix: the token embedding when tied (GPT-2), else ``lm_head``
+        (rows beyond ``vocab_size`` are padding: leanlm.modeling.vocab)."""
         return self.decoder.token_embeddings.weight if self.lm_head is None else self.lm_head.weight
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **ignored) -> dict[str, torch.Tensor | None]:
+                labels: torch.Tensor | None = None, return_logits: bool = True,
+                **ignored) -> dict[str, torch.Tensor | None]:
         """Returns ``dict(loss, logits)``: logits (B, L, V); loss is the mean next-token
-        cross-entropy over labelled positions (None without labels). ``**ignored`` takes batch keys
-        other heads use (e.g. ``token_type_ids``)."""
+        cross-entropy over labelled positions (None without labels; 0 with a graph when nothing is to
+        be predicted, e.g. one-token rows). ``return_logits=False`` (the training step): the loss
+        alone, computed in chunks of rows so the logits never exist whole (leanlm.modeling.lm_loss);
+        logits is None. ``**ignored`` takes batch keys other heads use (e.g. ``token_type_ids``)."""
         hidden = self.decoder(input_ids, attention_mask)
-        logits = F.linear(hidden, self.output_embeddings())
         if labels is None:
-            return {"loss": None, "logits": logits}
-        targets = labels[:, 1:]
-        predicted = logits[:, :-1]
-        loss = F.cross_entropy(predicted.reshape(-1, predicted.size(-1)).float(), targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
-        # Nothing to predict (e.g. one-token rows) makes the mean 0/0: a zero loss that keeps the graph
-        # instead of NaN. Chosen on the device (torch.where), so the host never waits to ask; where there
-        # is something to predict the loss and its gradient are the cross-entropy's own, bit for bit.
-        anything = (targets != IGNORE_INDEX).any()
-        loss = torch.where(anything, loss, torch.zeros_like(loss))
+            return {"loss": None, "logits": real_logits(F.linear(hidden, self.output_embeddings()),
+                                                        self.config.vocab_size)}
+        loss, logits = vocab_cross_entropy(hidden, self.output_embeddings(), None, shift_left(labels),
+                                           self.config.vocab_size, return_logits=return_logits)
         return {"loss": loss, "logits": logits}
 
 

@@ -14,6 +14,7 @@ from leanlm.modeling.attention import Attention, build_attention
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.embeddings import BertEmbeddings
 from leanlm.modeling.padding import padding_mask
+from leanlm.modeling.recompute import BlockStack
 
 
 @torch.no_grad()
@@ -72,8 +73,9 @@ class BertPooler(nn.Module):
         return torch.tanh(self.dense(sequence_output[:, 0]))
 
 
-class BertEncoder(nn.Module):
-    """Embeddings, ``n_layers`` post-LN blocks and (optionally) the pooler.
+class BertEncoder(BlockStack, nn.Module):
+    """Embeddings, ``n_layers`` post-LN blocks (each checkpointed when ``activation_checkpointing``,
+    leanlm.modeling.recompute) and (optionally) the pooler.
 
     ``pooler=False`` leaves the pooler out, as Hugging Face's BertForMaskedLM does: MLM pretraining
     never trains it, and parameters without gradients trip up DDP.
@@ -97,6 +99,6 @@ class BertEncoder(nn.Module):
         attention_mask = padding_mask(attention_mask)  # None without padding: SDPA's mask-free path
         x = self.embeddings(input_ids, token_type_ids, **features)
         for layer in self.layers:
-            x = layer(x, attention_mask)
+            x = self.run_block(layer, x, attention_mask)
         pooled = self.pooler(x) if self.pooler is not None else None
         return x, pooled

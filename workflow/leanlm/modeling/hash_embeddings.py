@@ -53,6 +53,7 @@ from torch import nn
 
 from leanlm.errors import ConfigError, DataError
 from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.vocab import padding_parameters, vocab_table
 from leanlm.registry import Registry
 
 EMBEDDINGS: Registry[type[nn.Module]] = Registry("word embedding")
@@ -125,20 +126,23 @@ def batch_feature(features: Mapping[str, torch.Tensor], name: str, embedding: st
 
 @EMBEDDINGS.register("standard")
 class StandardEmbedding(nn.Embedding):
-    """BERT's word embedding: one row per vocabulary entry (an nn.Embedding, so checkpoints, weight
-    tying and the Hugging Face export see exactly the table they always saw)."""
+    """BERT's word embedding: one row per vocabulary entry, padded to ``config.vocab_rows`` for the
+    tensor cores (an nn.Embedding, so checkpoints and weight tying see the table they always saw; the
+    Hugging Face export writes the real rows only)."""
 
     features: tuple[str, ...] = ()
 
     def __init__(self, config: ModelConfig):
         read_options(config, {})
-        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        # config.vocab_rows: padded for the tensor cores, as the MLM head tied to it (leanlm.modeling.vocab)
+        super().__init__(config.vocab_rows, config.d_model, padding_idx=config.pad_token_id)
+        vocab_table(self, config.vocab_size)
 
     def forward(self, input_ids: torch.Tensor, **features: torch.Tensor) -> torch.Tensor:
         return super().forward(input_ids)
 
     def embedding_parameter_count(self) -> int:
-        return self.weight.numel()  # Eq. 2.9: |V| x d
+        return self.weight.numel() - padding_parameters(self)  # Eq. 2.9: |V| x d, padded rows left out
 
 
 class HashEmbedding(nn.Module, abc.ABC):

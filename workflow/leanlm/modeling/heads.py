@@ -13,9 +13,9 @@ from torch import nn
 from leanlm.errors import TrainingError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.encoder import BertEncoder, init_bert_weights
+from leanlm.modeling.lm_loss import IGNORE_INDEX, vocab_cross_entropy
 from leanlm.modeling.models import register_model
-
-IGNORE_INDEX = -100  # label of positions that take no part in the loss
+from leanlm.modeling.vocab import real_logits, vocab_table
 
 
 class MLMTransform(nn.Module):
@@ -34,12 +34,15 @@ class MLMTransform(nn.Module):
 class BertForMLM(nn.Module):
     """Encoder + MLM head whose decoder shares its weight with the word embeddings (plus a bias)."""
 
+    takes_return_logits = True  # forward(return_logits=False): the loss alone (the engine's training step)
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
         self.encoder = BertEncoder(config, pooler=False)
         self.transform = MLMTransform(config)
-        self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=True)
+        # config.vocab_rows: the vocabulary padded for the tensor cores (leanlm.modeling.vocab)
+        self.decoder = vocab_table(nn.Linear(config.d_model, config.vocab_rows, bias=True), config.vocab_size)
         init_bert_weights(self.transform, config.initializer_range)
         init_bert_weights(self.decoder, config.initializer_range)
         # Tied after init so the shared matrix keeps the embedding's initialisation. Only BERT's own
@@ -51,7 +54,7 @@ class BertForMLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, masked_positions: torch.Tensor | None = None,
-                **features: torch.Tensor) -> dict[str, torch.Tensor | None]:
+                return_logits: bool = True, **features: torch.Tensor) -> dict[str, torch.Tensor | None]:
         """Returns ``dict(loss, logits)``.
 
         Without labels, logits are (B, L, V) and loss is None. With labels (B, L; -100 = ignored),
@@ -64,20 +67,22 @@ class BertForMLM(nn.Module):
         mask on the device has a data-dependent shape, so the host would wait for the device to count
         them every step; with the indices given, their number is known on the host. Same rows, same order,
         same loss.
+
+        ``return_logits=False`` (the training step): the loss alone, computed in chunks of rows so the
+        labelled positions' logits never exist whole (leanlm.modeling.lm_loss); logits is None.
         """
         sequence, _ = self.encoder(input_ids, attention_mask, token_type_ids, **features)
         if labels is None:
-            return {"loss": None, "logits": self.decoder(self.transform(sequence))}
+            return {"loss": None, "logits": real_logits(self.decoder(self.transform(sequence)), self.config.vocab_size)}
         if masked_positions is None:
             selected = labels != IGNORE_INDEX
             hidden, targets = sequence[selected], labels[selected]
         else:
             hidden = sequence.reshape(-1, sequence.size(-1)).index_select(0, masked_positions)
             targets = labels.reshape(-1).index_select(0, masked_positions)
-        logits = self.decoder(self.transform(hidden))
-        if logits.size(0) == 0:
-            return {"loss": logits.sum() * 0.0, "logits": logits}
-        loss = F.cross_entropy(logits.float(), targets)
+        # No labelled position: the loss is 0 with a graph (lm_loss divides by at least one target).
+        loss, logits = vocab_cross_entropy(self.transform(hidden), self.decoder.weight, self.decoder.bias,
+                                           targets, self.config.vocab_size, return_logits=return_logits)
         return {"loss": loss, "logits": logits}
 
 

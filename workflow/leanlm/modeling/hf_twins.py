@@ -21,6 +21,7 @@ from torch import nn
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.vocab import unpadded_state_dict
 
 # Parameters of the Hugging Face models that hold no weights of their own: tied to another tensor on
 # construction (BERT's decoder shares the word embeddings and its bias is cls.predictions.bias).
@@ -115,7 +116,8 @@ def qwen2_twin(model: nn.Module) -> HFTwin:
         # Qwen2 has no residual dropout: with it the two would compute different functions in training.
         raise ConfigError(f"qwen2_twin: dropout={config.dropout}; Qwen2 has no residual dropout, set 0")
     hf = Qwen2ForCausalLM(Qwen2Config(**qwen2_config_fields(config)))
-    tensors = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    # Qwen2's tables have vocab_size rows: the padded ones (leanlm.modeling.vocab) stay behind.
+    tensors = {k: v.detach().to("cpu") for k, v in unpadded_state_dict(model).items()}
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)

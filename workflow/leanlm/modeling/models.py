@@ -13,6 +13,9 @@ A model class registers with ``@register_model(backbone, head)`` and follows one
 
 - ``__init__(config, **head_kwargs)``; ``self.config`` is the ModelConfig;
 - ``forward(**batch) -> {"loss": Tensor | None, "logits": Tensor}`` (loss only with labels);
+- ``takes_return_logits = True`` on a model whose ``forward`` takes ``return_logits=False`` and then
+  returns the loss alone (logits None), computed without holding the whole logits (the LM heads,
+  leanlm.modeling.lm_loss): what the training step and validation losses ask (:func:`loss_only_kwargs`);
 - ``backbone_prefix``: the state-dict prefix of the part a fine-tuning model takes over from its
   pretrained model (e.g. ``"encoder."``); ``fresh_prefixes``: parts of that backbone a pretrained
   model may lack and that keep their fresh init (BERT's pooler: MLM pretraining has none).
@@ -61,6 +64,12 @@ def model_class(backbone: str, head: str) -> type[nn.Module]:
 def build_model(config, head: str, **head_kwargs: Any) -> nn.Module:
     """Instantiate the ``head`` model of ``config.backbone``."""
     return model_class(config.backbone, head)(config, **head_kwargs)
+
+
+def loss_only_kwargs(model: nn.Module) -> dict[str, bool]:
+    """The keyword arguments that make ``model`` compute its loss alone: ``{"return_logits": False}``
+    for a model that takes it (``takes_return_logits``), else none."""
+    return {"return_logits": False} if getattr(type(model), "takes_return_logits", False) else {}
 
 
 def head_of(model: nn.Module) -> str:

@@ -26,18 +26,18 @@ from contextlib import contextmanager
 from typing import Iterable, Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.layouts import SIMPLE, check_skip_layers, layer_kinds
 from leanlm.modeling.mixers import MIXERS, GatedMLP, MixerContext, RMSNorm, build_mixer
+from leanlm.modeling.lm_loss import shift_left, vocab_cross_entropy
 from leanlm.modeling.mixers.base import rope_dtype, rope_tables
 from leanlm.modeling.models import register_model
 from leanlm.modeling.padding import padding_mask
-
-IGNORE_INDEX = -100
+from leanlm.modeling.recompute import BlockStack
+from leanlm.modeling.vocab import real_logits, vocab_table
 
 
 def simple_mixer_name(config: ModelConfig) -> str:
@@ -75,15 +75,17 @@ class QwenBlock(nn.Module):
         return x + self.dropout(self.mlp(self.post_attention_layernorm(x)))
 
 
-class QwenModel(nn.Module):
-    """Embeddings, blocks and the final norm; owns the fixed Q/K stream where a mixer needs one."""
+class QwenModel(BlockStack, nn.Module):
+    """Embeddings, blocks (each checkpointed when ``activation_checkpointing``, leanlm.modeling.recompute)
+    and the final norm; owns the fixed Q/K stream where a mixer needs one."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
         simple = simple_mixer_name(config)
         self.layer_kinds = layer_kinds(config.layout, config.n_layers)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        # config.vocab_rows: padded for the tensor cores, as the head tied to it (leanlm.modeling.vocab)
+        self.embed_tokens = vocab_table(nn.Embedding(config.vocab_rows, config.d_model), config.vocab_size)
         self.layers = nn.ModuleList(
             QwenBlock(config, i, simple if kind == SIMPLE else "standard")
             for i, kind in enumerate(self.layer_kinds))
@@ -167,7 +169,7 @@ class QwenModel(nn.Module):
                     ctx.attention_mask = torch.cat([attention_mask.new_ones(1, length), attention_mask])
         for layer in self.layers:
             if layer.layer_idx not in skip_layers:
-                x = layer(x, ctx)
+                x = self.run_block(layer, x, ctx)
         if ctx.fixed_row:
             x = x[1:]
         return self.norm(x)
@@ -184,6 +186,7 @@ class QwenForCausalLM(nn.Module):
 
     backbone_prefix = "model."
     fresh_prefixes = ()
+    takes_return_logits = True  # forward(return_logits=False): the loss alone (the engine's training step)
 
     def __init__(self, config: ModelConfig, skip_layers: Iterable[int] = ()):
         super().__init__()
@@ -191,7 +194,7 @@ class QwenForCausalLM(nn.Module):
             raise ConfigError(f"QwenForCausalLM needs backbone='qwen', got {config.backbone!r}")
         self.config = config
         self.model = QwenModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = vocab_table(nn.Linear(config.d_model, config.vocab_rows, bias=False), config.vocab_size)
         init_qwen_weights(self, config.initializer_range)
         if self.model.qk_stream == "random" and not self.model.fixed_embeddings.is_meta:
             with torch.no_grad():  # the thesis's epsilon ~ N(0, sigma^2), sigma = embedding init std
@@ -241,11 +244,13 @@ class QwenForCausalLM(nn.Module):
             self.model._capture = previous
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+                labels: torch.Tensor | None = None, return_logits: bool = True) -> dict[str, torch.Tensor | None]:
+        """Logits (B, L, V) and, with labels, the mean next-token cross-entropy (0 with a graph when
+        nothing is to be predicted). ``return_logits=False`` (the training step): the loss alone, in
+        chunks of rows so the logits never exist whole (leanlm.modeling.lm_loss); logits is None."""
         hidden = self.model(input_ids, attention_mask, self.skip_layers)
-        logits = self.lm_head(hidden)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
-                                   labels[:, 1:].reshape(-1), ignore_index=IGNORE_INDEX)
+        if labels is None:
+            return {"loss": None, "logits": real_logits(self.lm_head(hidden), self.config.vocab_size)}
+        loss, logits = vocab_cross_entropy(hidden, self.lm_head.weight, None, shift_left(labels),
+                                           self.config.vocab_size, return_logits=return_logits)
         return {"loss": loss, "logits": logits}

@@ -60,12 +60,14 @@ def qwen_config(size: str, attention: str = "standard", layout: str = "uniform",
 
 
 def count_parameters(config: ModelConfig) -> int:
-    """Parameters of the causal LM built on the meta device (shapes only; tied tensors once)."""
+    """Parameters of the causal LM built on the meta device (shapes only; tied tensors once; padded
+    vocabulary rows not counted: leanlm.modeling.vocab)."""
+    from leanlm.modeling.counting import total_parameters
     from leanlm.modeling.models import build_model
 
     with torch.device("meta"):
         model = build_model(config, "causal_lm")
-    return sum(p.numel() for p in model.parameters())
+    return total_parameters(model)
 
 
 def table_4_10_rows(variants: list[str] | None = None, layout: str = "uniform",

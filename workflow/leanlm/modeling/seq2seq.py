@@ -35,11 +35,14 @@ from torch import nn
 from leanlm.errors import ConfigError
 from leanlm.modeling.attention import ATTENTION, Attention
 from leanlm.modeling.config import ModelConfig
+# IGNORE_INDEX: the label of positions without a target; the translation objective imports it from here.
+from leanlm.modeling.lm_loss import IGNORE_INDEX, vocab_cross_entropy  # noqa: F401
 from leanlm.modeling.models import register_model
 from leanlm.modeling.padding import padding_mask
+from leanlm.modeling.recompute import BlockStack
+from leanlm.modeling.vocab import real_logits, vocab_table
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-IGNORE_INDEX = -100  # label of positions that take no part in the loss
 
 Cache = list[dict[str, tuple[torch.Tensor, torch.Tensor]]]  # per decoder layer: "self"/"cross" -> (k, v)
 
@@ -183,7 +186,9 @@ class Embedder(nn.Module):
         return self.dropout(embedded)
 
 
-class TransformerEncoder(nn.Module):
+class TransformerEncoder(BlockStack, nn.Module):
+    """The source side's blocks (each checkpointed when ``activation_checkpointing``: leanlm.modeling.recompute)."""
+
     def __init__(self, config: ModelConfig, embed: Embedder):
         super().__init__()
         self.embed = embed
@@ -192,11 +197,13 @@ class TransformerEncoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         x = self.embed(input_ids)
         for layer in self.layers:
-            x = layer(x, attention_mask)
+            x = self.run_block(layer, x, attention_mask)
         return x
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(BlockStack, nn.Module):
+    """The target side's blocks (checkpointed as the encoder's when training; decoding with a cache never is)."""
+
     def __init__(self, config: ModelConfig, embed: Embedder):
         super().__init__()
         self.embed = embed
@@ -206,7 +213,8 @@ class TransformerDecoder(nn.Module):
                 cache: Cache | None = None, offset: int = 0) -> torch.Tensor:
         x = self.embed(decoder_input_ids, offset)
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, memory_mask, None if cache is None else cache[i])
+            # A cached step appends to its cache: never recomputed (decoding runs without gradients anyway).
+            x = self.run_block(layer, x, memory, memory_mask, None) if cache is None else layer(x, memory, memory_mask, cache[i])
         return x
 
 
@@ -242,6 +250,8 @@ class TransformerForTranslation(nn.Module):
     ``label_smoothing`` (0.1 as in Vaswani et al.) only affects the training loss.
     """
 
+    takes_return_logits = True  # forward(return_logits=False): the loss alone (the engine's training step)
+
     def __init__(self, config: ModelConfig, label_smoothing: float = 0.1):
         super().__init__()
         if config.backbone != "transformer":
@@ -256,19 +266,24 @@ class TransformerForTranslation(nn.Module):
             raise ConfigError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
         self.config = config
         self.label_smoothing = float(label_smoothing)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        # config.vocab_rows: padded for the tensor cores (leanlm.modeling.vocab); one matrix for both sides
+        self.embed_tokens = vocab_table(nn.Embedding(config.vocab_rows, config.d_model, padding_idx=config.pad_token_id),
+                                        config.vocab_size)
         embed = Embedder(config, self.embed_tokens)
         self.encoder = TransformerEncoder(config, embed)
         self.decoder = TransformerDecoder(config, embed)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = None if config.tie_word_embeddings else vocab_table(
+            nn.Linear(config.d_model, config.vocab_rows, bias=False), config.vocab_size)
         init_transformer_weights(self, config)
 
     # ------------------------------------------------------------------------------ training
+    def output_embeddings(self) -> torch.Tensor:
+        """The (vocab_rows, d_m) pre-softmax matrix: the shared embedding (or the untied head)."""
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Pre-softmax projection: the shared embedding matrix (or the untied head)."""
-        if self.lm_head is not None:
-            return self.lm_head(hidden)
-        return F.linear(hidden, self.embed_tokens.weight)
+        """Pre-softmax projection over the real vocabulary (padded rows cut off: leanlm.modeling.vocab)."""
+        return real_logits(F.linear(hidden, self.output_embeddings()), self.config.vocab_size)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Encoder output and the mask the decoder's cross-attention uses (None when nothing is padded)."""
@@ -277,20 +292,22 @@ class TransformerForTranslation(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 decoder_input_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+                labels: torch.Tensor | None = None, return_logits: bool = True) -> dict[str, torch.Tensor | None]:
         """Returns ``dict(loss, logits)``: logits (B, T, V) for every decoder position.
 
         ``decoder_input_ids`` is <s> + target, ``labels`` target + </s> with -100 at padding; the
         loss is the label-smoothed cross-entropy averaged over the labelled tokens.
+        ``return_logits=False`` (the training step): the loss alone, in chunks of rows so the logits
+        never exist whole (leanlm.modeling.lm_loss); logits is None.
         """
         if decoder_input_ids is None:
             raise ValueError("TransformerForTranslation.forward needs decoder_input_ids (<s> + target tokens)")
         memory, memory_mask = self.encode(input_ids, attention_mask)
-        logits = self.logits(self.decoder(decoder_input_ids, memory, memory_mask))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                                   label_smoothing=self.label_smoothing)
+        hidden = self.decoder(decoder_input_ids, memory, memory_mask)
+        if labels is None:
+            return {"loss": None, "logits": self.logits(hidden)}
+        loss, logits = vocab_cross_entropy(hidden, self.output_embeddings(), None, labels, self.config.vocab_size,
+                                           label_smoothing=self.label_smoothing, return_logits=return_logits)
         return {"loss": loss, "logits": logits}
 
     # ------------------------------------------------------------------------------ decoding

@@ -43,6 +43,8 @@ from leanlm.progress import progress
 
 from leanlm.errors import ConfigError, TrainingError
 from leanlm.io import write_error
+from leanlm.modeling.models import loss_only_kwargs
+from leanlm.modeling.recompute import set_activation_checkpointing
 from leanlm.training import checkpointing, compiling, loss_readback
 from leanlm.training.distributed import (
     all_reduce_sum,
@@ -109,9 +111,14 @@ class Trainer:
         self.rank, self.world_size, _, self.device = init_distributed()
         self.local_accum = local_grad_accum(config.grad_accum, self.world_size, config.desc)
         self.model = model.to(self.device)
+        if config.activation_checkpointing:
+            set_activation_checkpointing(self.model)  # ConfigError for a model without transformer blocks
         self.autocast_dtype = _autocast_dtype(config.precision, self.device)
         if self.device.type == "cuda":
             log.info("%s: %s", config.desc, compiling.set_matmul_precision(self.device, config.precision))
+        # The training step reads the loss alone: a model that can skip its logits (the LM heads,
+        # leanlm.modeling.lm_loss) computes the loss in chunks and never holds the whole logits.
+        self.loss_only = loss_only_kwargs(model)
         # On an accelerator the loss is read back only at the log/eval/checkpoint boundaries, not every
         # step (a read waits for the device); the fused AdamW skips an update on the device instead.
         self.deferred_checks = loss_readback.defers_checks(self.device)
@@ -219,7 +226,7 @@ class Trainer:
             sync = contextlib.nullcontext() if last or self.world_size == 1 else self.train_model.no_sync()
             with sync:
                 with self._autocast():
-                    output = self.train_model(**batch)
+                    output = self.train_model(**batch, **self.loss_only)
                 loss = _loss_of(output)
                 # DDP averages over ranks, so the gradient is the mean over all grad_accum micro-batches.
                 (loss / self.local_accum).backward()
@@ -373,7 +380,7 @@ class Trainer:
             with torch.random.fork_rng(devices=devices):
                 batch = self._to_device(self.batch_at(self.state.step, self.rank))
                 with self._autocast():
-                    loss = _loss_of(module(**batch))
+                    loss = _loss_of(module(**batch, **self.loss_only))
                 loss.backward()
             if after_backward is not None:
                 after_backward()

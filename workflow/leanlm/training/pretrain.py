@@ -44,7 +44,7 @@ from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.heads import labelled_positions
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
-from leanlm.modeling.models import build_model
+from leanlm.modeling.models import build_model, loss_only_kwargs
 # The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>.
 from leanlm.plugins import OBJECTIVES
 from leanlm.provenance import hardware
@@ -200,8 +200,8 @@ def validation_loss(model, batches: PackedBatches, sequences: torch.Tensor, devi
         labels = batch["labels"]
         # Causal LM predicts every token but the first of each row; MLM only the masked ones.
         n = labels[:, 1:].numel() if isinstance(batches, CausalLMBatches) else int((labels != IGNORE_INDEX).sum())
-        if n:
-            total += float(model(**batch)["loss"]) * n
+        if n:  # the loss alone: the LM heads then compute it without holding the whole logits
+            total += float(model(**batch, **loss_only_kwargs(model))["loss"]) * n
             count += n
     model.train()
     return total / max(count, 1)
@@ -226,6 +226,7 @@ def pretrain_train_config(settings: dict, desc: str) -> TrainConfig:
         # defaults apply and the rule's params, hence its outputs, are unchanged.
         compile=settings.get("compile", TrainConfig.compile),
         prefetch=settings.get("prefetch", TrainConfig.prefetch),
+        activation_checkpointing=settings.get("activation_checkpointing", False),
     )
 
 

@@ -49,6 +49,10 @@ class TrainConfig:
     # or false. Kernels fused; losses agree with eager to float rounding, not bit for bit. Not
     # run-defining: a run may be resumed with it switched.
     compile: bool | str = "auto"
+    # Recompute each transformer block in the backward instead of keeping its activations
+    # (leanlm.modeling.recompute): same losses and gradients to float rounding, a fraction of the
+    # activation memory, about a third more compute. Not run-defining, like compile.
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.adam_betas, list):
@@ -74,6 +78,7 @@ class TrainConfig:
              "null or an integer >= 1"),
             ("prefetch", lambda v: is_int(v) and v >= 0, "an integer >= 0 (0: build batches inline)"),
             ("compile", valid_compile, "auto, true or false"),
+            ("activation_checkpointing", lambda v: isinstance(v, bool), "true or false"),
         ]
         for name, ok, want in checks:
             value = getattr(self, name)

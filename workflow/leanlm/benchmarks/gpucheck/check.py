@@ -38,7 +38,7 @@ SECTIONS: tuple[tuple[str, str, float, Callable], ...] = (
      section_environment),
     ("bert", "2. BERT-base MLM at 128 x 512, bf16, eager then compiled: MHA and MHE-MUL", 0.33, section_bert),
     ("decoder", "3. ch. 4's 500M decoder at its paper micro-batch, every mixer; one step of the largest "
-                "micro-batch", 0.25, section_decoder),
+                "model", 0.25, section_decoder),
     ("correctness", "4. leanlm vs its transformers twin (BERT, Qwen2), and the CPU fp32 reference", 0.12,
      section_correctness),
     ("pipeline", "5. leanlm pretrain and finetune, one run per chapter, on the bundle's data", 0.25,

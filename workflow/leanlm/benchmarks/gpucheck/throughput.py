@@ -5,9 +5,10 @@ paper's pretraining batch (128 x 512, read from params/paper.yaml), bf16 autocas
 ms per step, tokens/s, MFU, peak memory (:func:`leanlm.benchmarks.pretraining.run_bench`, whose batches
 are the MLM objective's own builder over packed random rows, built ahead by the prefetch thread).
 
-Section 3: ch. 4's 500M decoder (``ch4_uniform-<mixer>``) at the paper's micro-batch (16 x 2048) for every
-mixer, a few steps each; then one step of each distinct mixer of the largest pretraining run of the paper
-profile (most parameters x micro-batch tokens: the 1.7B decoders at 8 x 2048) to catch out-of-memory.
+Section 3: ch. 4's 500M decoder (``ch4_uniform-<mixer>``) at the paper's micro-batch (8 x 2048) for every
+mixer, a few steps each; then one step of each distinct mixer of the largest model the paper profile
+pretrains (most parameters: the 1.7B decoders, at their micro-batch of 2 x 2048, the largest peak memory
+of the profile by leanlm budget's estimate) to catch out-of-memory.
 
 ``--tiny`` runs the same sub-steps on the smoke profile's runs with tiny batches; on a CPU the compiled
 sub-steps are recorded as skipped (inductor compiles for minutes on a CPU; tests/test_compile.py covers
@@ -83,8 +84,9 @@ def section_bert(section, ctx) -> None:
 
 
 def largest_runs(params: str) -> list[str]:
-    """The pretraining runs of the profile's largest micro-batch (most parameters x micro-batch tokens,
-    counted on the meta device), one per distinct mixer, Standard first."""
+    """The pretraining runs of the profile's largest model (most parameters, counted on the meta device;
+    then most micro-batch tokens), one per distinct mixer, Standard first. (The profile's micro-batches
+    are sized to its GPU's memory, docs/memory.md, so parameters x tokens no longer finds the largest.)"""
     from leanlm.budget import pretrain_budget
     from leanlm.config import load_config
     from leanlm.runs import pretrain_settings, runs
@@ -94,7 +96,7 @@ def largest_runs(params: str) -> list[str]:
     for run in runs(config):
         if run.objective in ("mlm", "causal_lm") and not run.evaluate_from:
             settings = pretrain_settings(config, run)
-            weight = pretrain_budget(config, run).parameters * settings["batch_size"] * settings["seq_len"]
+            weight = (pretrain_budget(config, run).parameters, settings["batch_size"] * settings["seq_len"])
             sized.append((weight, run))
     top = max(weight for weight, _ in sized)
     chosen: dict[str, str] = {}
