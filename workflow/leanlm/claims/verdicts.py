@@ -201,7 +201,7 @@ def _where(part: Part, tasks: list[str] | None) -> str:
 
 def _summary(result: PartResult) -> str:
     iv = result.interval
-    return f"effect {iv.estimate:.4g} [{iv.low:.4g}, {iv.high:.4g}], allowed {result.part.region}"
+    return f"effect {iv.estimate:.4g} [{iv.low:.4g}, {iv.high:.4g}] ({iv.basis}), allowed {result.part.region}"
 
 
 def _precondition(cond, guarded: Part, profile: str, config: dict, profile_runs, tasks, draws: int,
