@@ -32,7 +32,8 @@ row as distinct, an upper bound. Device-dependent choices of the kernels take th
 
 The LM loss's chunks (leanlm.modeling.lm_loss) run as :class:`_LossChunk`, a stand-in with their inputs,
 outputs and gradients but no logits, for speed; one real chunk's excess over it is measured once per
-shape (:func:`loss_chunk_excess`) and added to both peaks.
+shape (:func:`loss_chunk_excess`) and added to both peaks. The last chunk, which lm_loss does not
+checkpoint, runs for real (its log-softmax is kept for the backward).
 
 Not modelled: the CUDA caching allocator's rounding and fragmentation, the CUDA context, NCCL's buffers
 under DDP and torch.compile's workspaces (leanlm.memory keeps a margin for them; docs/memory.md).
@@ -193,15 +194,17 @@ class LossShape:
 
 @contextlib.contextmanager
 def loss_stand_in(seen: list):
-    """Loss chunks run as :class:`_LossChunk` while the context is open; ``seen`` gets the
-    :class:`LossShape` of the largest chunk."""
+    """Loss chunks but the last run as :class:`_LossChunk` while the context is open (the last, which
+    lm_loss does not checkpoint, runs as it is); ``seen`` gets the :class:`LossShape` of the largest chunk."""
     from leanlm.modeling import lm_loss
 
-    def stand_in(hidden, weight, bias, targets, vocab_size, label_smoothing):
+    def stand_in(hidden, weight, bias, targets, vocab_size, label_smoothing, last=False):
         shape = LossShape(hidden.size(0), hidden.dtype, tuple(weight.shape), bias is not None, vocab_size,
                           float(label_smoothing))
         if not seen or shape.rows > seen[0].rows:
             seen[:] = [shape]
+        if last:  # not checkpointed (lm_loss): its log-softmax stays for the backward, so it runs for real
+            return saved(hidden, weight, bias, targets, vocab_size, label_smoothing, last=True)
         with torch.no_grad():  # the projection's bf16 weight, which autocast caches until the forward ends
             F.linear(hidden[:0], weight, bias)
         return _LossChunk.apply(hidden, weight, bias, targets)

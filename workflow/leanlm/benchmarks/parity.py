@@ -7,7 +7,8 @@ Two pairs, each at an equal config with our weights copied into the twin (the tw
 - ``decoder``: ch. 4's Standard decoder (:class:`~leanlm.modeling.qwen.QwenForCausalLM`, uniform layout)
   against ``Qwen2ForCausalLM``, at Table 4.10's 70M size (d 512, 6 layers of 8 heads, d_ff 2,048, Pythia's
   50,304 rows, untied). Each computes its causal-LM loss its own way, as in training (``labels`` given;
-  the twin with ``use_cache=False``, since training keeps no KV cache).
+  ours with the loss alone, ``return_logits=False``, as leanlm's engine asks for it; the twin with
+  ``use_cache=False``, since training keeps no KV cache).
 - ``bert``: BERT-base (12 layers, d 768) with MLM against ``BertForMaskedLM``. Ours runs the vocabulary
   projection at the masked positions only (``masked_positions``, ~15% of tokens: the largest matmul of
   the model); ``BertForMaskedLM`` runs it at every position. Comparing those would time the head, not the
@@ -47,6 +48,7 @@ import torch.nn.functional as F
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.models import loss_only_kwargs
 
 PAIRS = ("decoder", "bert")
 # Batch x sequence of each pair by default: 512 tokens a step, a few CPU-seconds per step and side.
@@ -70,8 +72,8 @@ def pair_config(pair: str, **overrides: Any) -> ModelConfig:
 # ------------------------------------------------------------------------------------ the two sides
 # The twins are leanlm.modeling.hf_twins' (the GPU check's too): our weights in transformers' models.
 def _decoder_steps(ours, twin) -> tuple[Callable, Callable]:
-    def our_loss(batch):
-        return ours(input_ids=batch["input_ids"], labels=batch["labels"])["loss"]
+    def our_loss(batch):  # the loss alone, as the engine's training step asks for it
+        return ours(input_ids=batch["input_ids"], labels=batch["labels"], **loss_only_kwargs(ours))["loss"]
 
     def twin_loss(batch):  # Qwen2ForCausalLM's own loss (its config has use_cache=False: training)
         return twin(input_ids=batch["input_ids"], labels=batch["labels"])["loss"]
@@ -80,8 +82,8 @@ def _decoder_steps(ours, twin) -> tuple[Callable, Callable]:
 
 
 def _bert_steps(ours, twin) -> tuple[Callable, Callable]:
-    def our_loss(batch):
-        return ours(**batch)["loss"]
+    def our_loss(batch):  # the loss alone, as the engine's training step asks for it
+        return ours(**batch, **loss_only_kwargs(ours))["loss"]
 
     def twin_loss(batch):  # BertForMaskedLM's body and head, the head at the masked rows only (docstring)
         sequence = twin.hf.bert(input_ids=batch["input_ids"]).last_hidden_state

@@ -11,7 +11,8 @@ and 6.6 GB again as the float32 copy the loss is computed in. Two things keep th
 - with ``return_logits=False`` (the training step, leanlm.training.engine) the rows are cut into chunks
   of about :data:`CHUNK_ELEMENTS` logits, and each chunk's projection and cross-entropy run inside
   ``torch.utils.checkpoint``: only one chunk's logits exist at a time, in the forward and again when the
-  backward recomputes them. The loss and gradients are the unchunked ones up to float rounding.
+  backward recomputes them. The last chunk is not recomputed: the backward begins with it, so keeping its
+  log-softmax costs no more at the peak than recomputing it would. The loss and gradients are the unchunked ones up to float rounding.
 
 The loss is the sum over chunks divided by the number of targets, so a batch with nothing to predict
 (one-token rows, every label -100) has the loss 0 with a graph, not 0/0. Padded vocabulary rows
@@ -66,16 +67,21 @@ def vocab_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.
         total = _summed_loss(logits.reshape(-1, vocab_size), flat_targets, label_smoothing)
     else:
         rows = chunk_rows(weight.size(0))
-        total = sum(_chunk(h, weight, bias, t, vocab_size, label_smoothing)
-                    for h, t in zip(flat_hidden.split(rows), flat_targets.split(rows)))
+        pieces = list(zip(flat_hidden.split(rows), flat_targets.split(rows)))
+        # The last chunk is computed plainly: the backward starts with it while every activation of the
+        # model is still alive, so recomputing it would save no peak memory and cost a projection (a
+        # batch whose logits fit one chunk, as the CPU's and BERT's masked rows do, projects once).
+        total = sum(_chunk(h, weight, bias, t, vocab_size, label_smoothing, last=i == len(pieces) - 1)
+                    for i, (h, t) in enumerate(pieces))
     count = (flat_targets != IGNORE_INDEX).sum()
     return total / count.clamp_min(1), logits
 
 
 def _chunk(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-           vocab_size: int, label_smoothing: float) -> torch.Tensor:
-    """One chunk's summed loss; recomputed in the backward, so its logits are not kept."""
-    if not torch.is_grad_enabled():
+           vocab_size: int, label_smoothing: float, last: bool = False) -> torch.Tensor:
+    """One chunk's summed loss; recomputed in the backward, so its logits are not kept (but for the
+    ``last`` chunk, whose log-softmax the backward uses at once)."""
+    if last or not torch.is_grad_enabled():
         return _projected_loss(hidden, weight, bias, targets, vocab_size, label_smoothing)
     return checkpoint(_projected_loss, hidden, weight, bias, targets, vocab_size, label_smoothing,
                       use_reentrant=False)
