@@ -104,8 +104,8 @@ def test_skip_needs_a_hybrid(scratch_root):
 
 
 def test_task_names_per_source():
-    from leanlm.data.lm_eval_stage import lm_eval_task_name
-    from leanlm.data.lm_eval_tasks import THESIS_TASKS
+    from leanlm.lm_eval.stage import lm_eval_task_name
+    from leanlm.lm_eval.standins import THESIS_TASKS
     from leanlm.data.tasks import get_task, tasks_in_family
 
     assert lm_eval_task_name(get_task("lm_eval_arc_easy"), "hub") == "arc_easy"
@@ -338,8 +338,8 @@ def test_aggregation_holds_the_scores_and_the_baselines(tiny_pipeline):
 
 
 def test_baselines_follow_the_evaluated_documents(tiny_pipeline):
-    from leanlm.data.lm_eval_stage import include_path
-    from leanlm.evaluation.lm_eval_baselines import load_lm_eval_tasks, task_baselines
+    from leanlm.lm_eval.stage import include_path
+    from leanlm.lm_eval.baselines import load_lm_eval_tasks, task_baselines
 
     root, config, tokenizer = tiny_pipeline
     task = load_lm_eval_tasks(["leanlm_definition"], include_path("tiny", "packaged"))["leanlm_definition"]

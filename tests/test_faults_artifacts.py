@@ -128,7 +128,7 @@ class _FakeTaskManager:
 @pytest.fixture
 def task_index(tmp_path, monkeypatch):
     """The lm-eval index cache built (from a one-task index) in a scratch cache; yields its file."""
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr("lm_eval.tasks.TaskManager", _FakeTaskManager)
@@ -146,7 +146,7 @@ def _edit_metric(path: Path) -> None:
 
 @pytest.mark.parametrize("edit", [_edit_metric, lambda p: p.write_text("{}\n")], ids=["edited", "emptied"])
 def test_an_edited_task_index_cache_is_refused_naming_the_file(task_index, edit):
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     edit(task_index)
     lm_eval_configs._task_index.cache_clear()  # a later job reads the file
@@ -158,7 +158,7 @@ def test_an_edited_task_index_cache_is_refused_naming_the_file(task_index, edit)
 
 
 def test_the_task_index_cache_is_read_without_rebuilding(task_index, monkeypatch):
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     def rebuilt(*args, **kwargs):
         raise AssertionError("lm-eval's task index was built again")
@@ -355,7 +355,7 @@ def _fetch_a_wheel(cache: Path) -> None:
 
 
 def _read_the_task_index(cache: Path) -> None:  # a cache built with leanlm.io.build_once
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     lm_eval_configs._task_index.cache_clear()
     try:

@@ -37,9 +37,7 @@ FLOORS = (
     ("matrix", ("leanlm.runs", "leanlm.record_settings")),  # the runs a profile resolves to
     ("evaluation", ("leanlm.evaluation",)),  # metrics and scoring, from predictions or a model
     ("data", ("leanlm.data",)),  # sources, task families, tokenizer, pretraining corpora
-    ("lm_eval", ("leanlm.evaluation.lm_eval_adapter", "leanlm.evaluation.lm_eval_baselines",
-                 "leanlm.evaluation.lm_eval_configs", "leanlm.evaluation.lm_eval_metrics",
-                 "leanlm.data.lm_eval_mirror", "leanlm.data.lm_eval_stage", "leanlm.data.lm_eval_tasks")),
+    ("lm_eval", ("leanlm.lm_eval",)),  # ch. 4's lm-eval tasks, stand-ins, mirror and adapter
     ("data stages", ("leanlm.data.stages", "leanlm.data.fixtures", "leanlm.data.mirror_fill")),  # DVC's commands
     ("training engine", ("leanlm.training",)),
     ("ch. 2 hashing route", ("leanlm.hashing", "leanlm.training.hash_inputs", "leanlm.training.codebook_streams",

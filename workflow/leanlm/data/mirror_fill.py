@@ -7,10 +7,10 @@ Everything the profile's hub source reads is fetched through the same loaders th
   each dataset/config once, all its splits, ``DatasetDict.save_to_disk``;
 - the data of ch. 4's lm-eval tasks (families ``lm_eval`` and ``analysis``): for each lm-eval task
   (``hub.task``), the dataset, config and splits lm-eval's own config of it reads
-  (:func:`leanlm.evaluation.lm_eval_configs.task_dataset`), fetched with the call lm-eval makes
+  (:func:`leanlm.lm_eval.configs.task_dataset`), fetched with the call lm-eval makes
   (``datasets.load_dataset(dataset_path, dataset_name, **dataset_kwargs)``) and saved like the task
   sets, in ``datasets/<dataset_path>/<dataset_name or "default">/`` (one folder when a fine-tuned task
-  reads the same dataset, e.g. SuperGLUE BoolQ); :mod:`leanlm.data.lm_eval_mirror` points lm-eval's
+  reads the same dataset, e.g. SuperGLUE BoolQ); :mod:`leanlm.lm_eval.mirror` points lm-eval's
   tasks at it;
 - the pretraining corpora (Wikipedia + BookCorpus for ``source: hub``, the named ``data.corpora``):
   the streamed split, its first ``max_documents`` rows where the profile caps them;
@@ -74,7 +74,7 @@ def _lm_eval_items(config: dict, root: Path) -> list[str]:
 
     from leanlm.data import hub
     from leanlm.data.stages import _task_specs
-    from leanlm.evaluation.lm_eval_configs import task_dataset
+    from leanlm.lm_eval.configs import task_dataset
 
     names = dict.fromkeys(spec.hub["task"] for spec in _task_specs(config)
                           if spec.family in LM_EVAL_FAMILIES and spec.hub.get("task"))

@@ -10,7 +10,7 @@ half-written or stale mix of files behind.
 - corpus    -> corpus/{train,validation,test}.jsonl + STATS.json
 - tokenizer -> tokenizer/tokenizer.json + META.json
 - tasks     -> tasks/<task>/{train,validation,test}.jsonl + META.json for every finetune.*.tasks entry
-             (ch. 4's lm-eval families: tasks/lm_eval/, leanlm.data.lm_eval_stage)
+             (ch. 4's lm-eval families: tasks/lm_eval/, leanlm.lm_eval.stage)
 
 Profiles that name pretraining data (``data.corpora``, ``data.tokenizers``: ch. 4's SlimPajama and
 Pythia BPE) have two more stages, ``corpora`` and ``tokenizers`` (:mod:`leanlm.data.pretrain_data`).
@@ -178,7 +178,7 @@ def stage_tasks(config: dict, out: Path) -> None:
         sources = StandInSources(data / "raw")
         fractions = [1 - glue_standins.VALIDATION_FRACTION - glue_standins.TEST_FRACTION,
                      glue_standins.VALIDATION_FRACTION, glue_standins.TEST_FRACTION]
-    from leanlm.data.lm_eval_stage import LM_EVAL_FAMILIES, build_lm_eval_dir
+    from leanlm.lm_eval.stage import LM_EVAL_FAMILIES, build_lm_eval_dir
     from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
 
     import_task_modules()

@@ -16,7 +16,7 @@ imports the Python a task YAML names, so it reads no folder that data could reac
 its copy of the data in a temporary folder for the length of one evaluation (:func:`redirected_tasks`),
 so nothing piles up in the home cache of a compute node. Use the configs inside the ``with`` block. A
 mirror that lacks a task's dataset or one of the splits lm-eval's config names
-(:func:`leanlm.evaluation.lm_eval_configs.task_dataset`) is a DataError naming the task, the dataset
+(:func:`leanlm.lm_eval.configs.task_dataset`) is a DataError naming the task, the dataset
 and the command that fills the mirror.
 """
 
@@ -29,7 +29,7 @@ from typing import Iterator
 
 from leanlm.data import mirror
 from leanlm.errors import DataError
-from leanlm.evaluation.lm_eval_configs import task_dataset, task_yaml
+from leanlm.lm_eval.configs import task_dataset, task_yaml
 
 ARROW_BUILDER = "arrow"  # datasets' packaged builder for Arrow files (what save_to_disk writes)
 
