@@ -97,7 +97,7 @@ def test_a_cached_codebook_with_altered_bits_stops_the_hash_run(tiny_project, tm
     """The silent case: the cached codebook's bits.npy altered but valid, and a hash run packed from it."""
     from leanlm.config import load_config
     from leanlm.runs import get_run
-    from leanlm.training.codebook_streams import codebook_corpus
+    from leanlm.hashing.codebook_streams import codebook_corpus
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
     config = load_config("params/smoke.yaml")

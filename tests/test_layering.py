@@ -40,8 +40,7 @@ FLOORS = (
     ("lm_eval", ("leanlm.lm_eval",)),  # ch. 4's lm-eval tasks, stand-ins, mirror and adapter
     ("data stages", ("leanlm.data.stages", "leanlm.data.fixtures", "leanlm.data.mirror_fill")),  # DVC's commands
     ("training engine", ("leanlm.training",)),
-    ("ch. 2 hashing route", ("leanlm.hashing", "leanlm.training.hash_inputs", "leanlm.training.codebook_streams",
-                             "leanlm.training.hash_tokenizers")),
+    ("ch. 2 hashing route", ("leanlm.hashing",)),  # hashers, codebooks and how a hash run's text becomes inputs
     ("stages", ("leanlm.training.pretrain", "leanlm.training.finetune", "leanlm.training.lm_finetune",
                 "leanlm.plugins", "leanlm.objectives", "leanlm.runners")),
     ("profile", ("leanlm.config", "leanlm.profile_checks")),  # a profile read and checked against the library

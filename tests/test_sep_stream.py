@@ -170,7 +170,7 @@ def _wordpiece(texts) -> Tokenizer:
 
 def test_pack_streams_fingerprintable_tokenizers_and_leaves_codebooks_to_codebook_streams(cache, tmp_path):
     from leanlm.hashing import HashCodebook, MD5Hasher
-    from leanlm.training.hash_inputs import CodebookTokenizer
+    from leanlm.hashing.inputs import CodebookTokenizer
     from leanlm.training.pretrain import _pack
 
     rng = random.Random(0)

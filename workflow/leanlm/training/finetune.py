@@ -44,7 +44,7 @@ from leanlm.runs import finetune_seeds, finetune_settings, get_run
 from leanlm.snakemake_records import remove_recorded_checkpoint
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
+from leanlm.hashing.inputs import feature_hook, finetuning_tokenizer
 from leanlm.training.hub_checkpoint import load_finetune_model, load_pretrained_model, model_record
 from leanlm.training.seeding import seed_everything
 from leanlm.training.schedules import warmup_steps_from_ratio
