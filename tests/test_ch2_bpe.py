@@ -161,9 +161,9 @@ def bpe_project(scratch_root, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("run_id", ["ch2_hashformers-bert_mlm", "ch2_hashformers-bert_sr", "ch2_subword-md5_proj"])
 def test_pretrain_and_glue_with_roberta_bpe(bpe_project, run_id):
-    from leanlm.training.finetune import finetune
+    from leanlm.stages.finetune import finetune
     from leanlm.hashing.inputs import finetuning_tokenizer
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     config = bpe_project
     run = get_run(config, run_id)

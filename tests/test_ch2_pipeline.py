@@ -213,8 +213,8 @@ def tiny_project(scratch_root):
 
 
 def _run(config, run_id):
-    from leanlm.training.finetune import finetune
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.finetune import finetune
+    from leanlm.stages.pretrain import pretrain
 
     return pretrain(config, run_id), finetune(config, run_id, "glue")
 

@@ -324,7 +324,7 @@ def tiny_run(tmp_path_factory):
     from leanlm.data.stages import run_stage
     from leanlm.data.tokenizer import save_tokenizer, train_wordpiece
     from leanlm.io import write_json, write_jsonl
-    from leanlm.training.finetune import finetune
+    from leanlm.stages.finetune import finetune
 
     root = tmp_path_factory.mktemp("ch4_data_root")
     shutil.copytree(REPO / "params", root / "params")

@@ -208,8 +208,8 @@ def tiny_pipeline(tmp_path_factory):
     from leanlm.data.tokenizer import save_tokenizer, train_wordpiece
     from leanlm.io import write_json, write_jsonl
     from leanlm.reporting.aggregate import main as aggregate
-    from leanlm.training.finetune import finetune
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.finetune import finetune
+    from leanlm.stages.pretrain import pretrain
 
     repo = Path(__file__).resolve().parents[1]
     root = tmp_path_factory.mktemp("ch4_root")

@@ -176,7 +176,7 @@ def test_word_rows_number_tokens_as_the_codebook_does():
 
 
 def test_hash_pretraining_packs_from_the_streams(project, tmp_path):
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     config = load_config("params/smoke.yaml")
     run = get_run(config, "ch2_hashformers-md5_emb_1k")

@@ -41,8 +41,7 @@ FLOORS = (
     ("data stages", ("leanlm.data.stages", "leanlm.data.fixtures", "leanlm.data.mirror_fill")),  # DVC's commands
     ("training engine", ("leanlm.training",)),
     ("ch. 2 hashing route", ("leanlm.hashing",)),  # hashers, codebooks and how a hash run's text becomes inputs
-    ("stages", ("leanlm.training.pretrain", "leanlm.training.finetune", "leanlm.training.lm_finetune",
-                "leanlm.plugins", "leanlm.objectives", "leanlm.runners")),
+    ("stages", ("leanlm.stages", "leanlm.plugins", "leanlm.objectives", "leanlm.runners")),
     ("profile", ("leanlm.config", "leanlm.profile_checks")),  # a profile read and checked against the library
     ("reporting", ("leanlm.reporting", "leanlm.claims", "leanlm.budget", "leanlm.memory", "leanlm.memory_probe")),
     ("workflow", ("leanlm.snakemake_records", "leanlm.share", "leanlm.cli", "leanlm.job_code", "leanlm.cluster",
@@ -132,7 +131,7 @@ def _in(module: str, packages) -> str | None:
 
 def test_the_graph_sees_the_package():
     assert len(MODULES) > 100
-    assert "leanlm.training.engine" in GRAPH["leanlm.training.pretrain"]
+    assert "leanlm.training.engine" in GRAPH["leanlm.stages.pretrain"]
 
 
 def test_no_import_circle():
@@ -201,7 +200,7 @@ def test_a_chapter_never_imports_another():
 # ------------------------------------------------------------------------------------------ registries
 def test_every_objective_resolves_and_every_experiment_names_one():
     from leanlm.plugins import OBJECTIVES
-    from leanlm.training.pretrain import PretrainObjective
+    from leanlm.stages.pretrain import PretrainObjective
 
     assert OBJECTIVES.names() == ["causal_lm", "hub", "mlm", "none", "shuffle_random", "translation"]
     for name in OBJECTIVES.names():
@@ -215,7 +214,7 @@ def test_every_objective_resolves_and_every_experiment_names_one():
 def test_every_runner_resolves_and_every_task_has_one():
     from leanlm.data.tasks import INPUT_SHAPES, get_task, task_names
     from leanlm.plugins import TASK_RUNNERS
-    from leanlm.training.finetune import TaskRunner
+    from leanlm.stages.finetune import TaskRunner
 
     assert TASK_RUNNERS.names() == ["analysis", "lm", "lm_eval", "multiple_choice", "pair", "seq2seq", "single",
                                     "span_qa"]
@@ -267,8 +266,8 @@ def _closure(*modules: str) -> set[str]:
 def test_pretraining_fingerprint_holds_its_objective_and_no_runner_or_table():
     from leanlm.plugins import OBJECTIVES
 
-    files = _closure("leanlm.training.pretrain", OBJECTIVES.target("mlm"))
-    assert {"training/pretrain.py", "training/engine.py", "objectives/mlm.py", "modeling/encoder.py"} <= files
+    files = _closure("leanlm.stages.pretrain", OBJECTIVES.target("mlm"))
+    assert {"stages/pretrain.py", "training/engine.py", "objectives/mlm.py", "modeling/encoder.py"} <= files
     assert not {f for f in files if f.startswith(("runners/", "reporting/"))}, files
     assert {f for f in files if f.startswith("objectives/")} == {"objectives/mlm.py"}
 
@@ -277,7 +276,7 @@ def test_finetuning_fingerprint_holds_its_runners_only():
     from leanlm.job_code import finetune_code
     from leanlm.plugins import TASK_RUNNERS
 
-    files = _closure("leanlm.training.finetune", TASK_RUNNERS.target("span_qa"))
+    files = _closure("leanlm.stages.finetune", TASK_RUNNERS.target("span_qa"))
     assert "runners/span_qa.py" in files and "evaluation/squad.py" in files  # a metric module named by string
     assert {f for f in files if f.startswith(("runners/", "objectives/", "reporting/"))} == {"runners/span_qa.py"}
     # the job's runner files, and only those: two text-pair tasks run the pair runner, a single-text task another
@@ -299,8 +298,8 @@ def test_an_edit_to_the_pdf_build_or_the_process_exit_reruns_no_table_or_trainin
     (process_end.py, imported by the CLI) is in no job's fingerprint."""
     from leanlm.plugins import OBJECTIVES, TASK_RUNNERS
 
-    jobs = [_closure("leanlm.training.pretrain", OBJECTIVES.target("mlm")),
-            _closure("leanlm.training.finetune", TASK_RUNNERS.target("span_qa"))]
+    jobs = [_closure("leanlm.stages.pretrain", OBJECTIVES.target("mlm")),
+            _closure("leanlm.stages.finetune", TASK_RUNNERS.target("span_qa"))]
     for name, spec in yaml.safe_load((ROOT / "params" / "tables.yaml").read_text()).items():
         stage = "leanlm.reporting.analytic" if spec["kind"] == "analytic" else "leanlm.reporting.render"
         jobs.append(_closure(stage, spec["renderer"]))

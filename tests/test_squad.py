@@ -345,7 +345,7 @@ def test_tiny_end_to_end_runner(project, monkeypatch, tokenizer):
     from leanlm.modeling.checkpoint import save_checkpoint
     from leanlm.modeling.config import ModelConfig
     from leanlm.modeling.heads import BertForMLM
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.stages.finetune import TASK_RUNNERS
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
     config = ModelConfig(vocab_size=tokenizer.get_vocab_size(), n_layers=1, d_model=32, n_heads=2, head_dim=16,

@@ -373,7 +373,7 @@ def test_multiple_choice_model_takes_over_the_pretrained_encoder(scratch_root):
 
 @pytest.mark.parametrize("held_out", [True, False])
 def test_copa_runner_end_to_end(scratch_root, held_out):
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.stages.finetune import TASK_RUNNERS
 
     rng = random.Random(0)
     things = ["kettle", "window", "garden", "letter", "engine", "candle", "bridge", "basket"]
@@ -404,7 +404,7 @@ def test_copa_runner_end_to_end(scratch_root, held_out):
 
 
 def test_multirc_through_the_classification_runner_reports_group_em(scratch_root):
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.stages.finetune import TASK_RUNNERS
 
     def rows(n, offset):
         out = []

@@ -295,8 +295,8 @@ def _tiny_task(root) -> None:
 
 def test_tiny_train_and_translate(scratch_root):
     from leanlm.runs import Run
-    from leanlm.training.finetune import TASK_RUNNERS
-    from leanlm.training.pretrain import OBJECTIVES
+    from leanlm.stages.finetune import TASK_RUNNERS
+    from leanlm.stages.pretrain import OBJECTIVES
 
     _tiny_task(scratch_root)
     size = dict(n_layers=1, n_decoder_layers=1, d_model=32, n_heads=4, head_dim=8, d_ff=64, max_position=32,

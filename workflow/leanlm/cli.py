@@ -80,13 +80,13 @@ def cmd_data(args) -> None:
 
 
 def cmd_pretrain(args) -> None:
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     pretrain(_config(args), args.run, keep_checkpoint=args.keep_checkpoint)
 
 
 def cmd_finetune(args) -> None:
-    from leanlm.training.finetune import finetune
+    from leanlm.stages.finetune import finetune
 
     finetune(_config(args), args.run, args.family)
 

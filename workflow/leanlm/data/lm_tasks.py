@@ -8,7 +8,7 @@ it: no stand-in text can be in ``corpus/train.jsonl``, whatever the corpus setti
 sources that look like the benchmark are taken (:data:`STANDIN_SOURCES`), whole documents as rows.
 
 The decoders are fine-tuned on an ``lm`` task's train split before its test perplexity (DESIGN §8,
-:mod:`leanlm.training.lm_finetune`), so every split is a real share: the held-out documents are
+:mod:`leanlm.stages.lm_finetune`), so every split is a real share: the held-out documents are
 ranked by a hash of ``data.tasks.seed``, the task and the doc_id; the first :data:`VALIDATION_SHARE`
 (at least one) is validation, the next :data:`TEST_SHARE` (at least one) test, and the rest (at least
 one) train. A small corpus may hold out fewer than three such documents; then the longest is cut at a

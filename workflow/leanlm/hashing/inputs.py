@@ -191,7 +191,7 @@ def fit_codebook(config: dict, run, train_path: str | Path, pieces=None) -> Hash
 
 def pretraining_tokenizer(config: dict, run):
     """The tokenizer of a run that trains no model on packed text (ProFormer's ``none``) or of one that
-    packs through :func:`leanlm.training.pretrain._pack`: its named one or the profile's
+    packs through :func:`leanlm.stages.pretrain._pack`: its named one or the profile's
     (:func:`subword_tokenizer`), or a fresh :class:`CodebookTokenizer` fitted on the training split
     (packed hash runs take theirs, with its rows, from :func:`leanlm.hashing.codebook_streams.codebook_corpus`)."""
     from leanlm.data.pretrain_data import run_data

@@ -17,7 +17,7 @@ from leanlm.modeling.checkpoint import CONFIG_NAME, WEIGHTS_NAME
 from leanlm.modeling.counting import total_parameters
 from leanlm.provenance import hardware
 from leanlm.training.hub_checkpoint import hash_embedding_parameters
-from leanlm.training.pretrain import PretrainObjective, record_head
+from leanlm.stages.pretrain import PretrainObjective, record_head
 
 
 class HubCheckpoint(PretrainObjective):

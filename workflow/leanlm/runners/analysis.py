@@ -1,5 +1,5 @@
 """The ``analysis`` family runner: what chapter 4's figures and Table 4.4 read from a trained model,
-written to ``results/<profile>/runs/<run_id>/analysis.json`` (by :func:`leanlm.training.finetune.finetune`).
+written to ``results/<profile>/runs/<run_id>/analysis.json`` (by :func:`leanlm.stages.finetune.finetune`).
 
 The held-out text is the lm_eval family's WikiText task (params/tasks/lm_eval.yaml, family analysis): lm-eval's
 ``wikitext`` in the paper profile (on the hub mirror's copy of its data when a mirror is set,
@@ -34,7 +34,7 @@ from leanlm.data.tasks import get_task
 from leanlm.errors import DataError
 from leanlm.evaluation import per_example
 from leanlm.evaluation.indicators import CONTEXT_LENGTHS
-from leanlm.training.finetune import TaskRunner
+from leanlm.stages.finetune import TaskRunner
 from leanlm.runners.lm_eval import check_local_tasks, load_evaluated_model, task_name
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ trained with (:func:`leanlm.training.run_tokenizer.evaluation_tokenizer`: ch. 4'
 profile names it, saved with the model; else the profile's).
 
 Each per-task result (in ``results/<profile>/runs/<run_id>/lm_eval.json``, written by
-:func:`leanlm.training.finetune.finetune`) holds ``metrics``: the task's metrics as lm-eval names them
+:func:`leanlm.stages.finetune.finetune`) holds ``metrics``: the task's metrics as lm-eval names them
 (``acc``, ``acc_norm``; ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``; LAMBADA's
 ``perplexity`` and ``acc``) plus their ``*_stderr`` where lm-eval computes one; ``lm_eval_task`` (the task
 lm-eval ran), ``thesis_name``, ``examples`` and ``baselines`` (the Rnd. Guess / Majority rows over the
@@ -40,7 +40,7 @@ from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError, TrainingError
 from leanlm.evaluation import per_example
 from leanlm.runs import get_run
-from leanlm.training.finetune import TaskRunner
+from leanlm.stages.finetune import TaskRunner
 
 log = logging.getLogger(__name__)
 
