@@ -204,7 +204,7 @@ def tiny_pipeline(tmp_path_factory):
     import shutil
 
     from leanlm.config import _load_matrix_cached
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
     from leanlm.data.tokenizer import save_tokenizer, train_wordpiece
     from leanlm.io import write_json, write_jsonl
     from leanlm.reporting.aggregate import main as aggregate

@@ -38,7 +38,7 @@ FLOORS = (
     ("evaluation", ("leanlm.evaluation",)),  # metrics and scoring, from predictions or a model
     ("data", ("leanlm.data",)),  # sources, task families, tokenizer, pretraining corpora
     ("lm_eval", ("leanlm.lm_eval",)),  # ch. 4's lm-eval tasks, stand-ins, mirror and adapter
-    ("data stages", ("leanlm.data.stages", "leanlm.data.fixtures", "leanlm.data.mirror_fill")),  # DVC's commands
+    ("data stages", ("leanlm.data.plumbing.stages", "leanlm.data.fixtures", "leanlm.data.plumbing.mirror_fill")),  # DVC's commands
     ("training engine", ("leanlm.training",)),
     ("ch. 2 hashing route", ("leanlm.hashing",)),  # hashers, codebooks and how a hash run's text becomes inputs
     ("stages", ("leanlm.stages", "leanlm.plugins", "leanlm.objectives", "leanlm.runners")),

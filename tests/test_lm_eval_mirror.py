@@ -17,7 +17,8 @@ import torch
 from datasets import ClassLabel, Features, Sequence, Value, load_from_disk
 
 from leanlm.config import load_config
-from leanlm.data import hub, mirror
+from leanlm.data.sources.packaged_raw import hub
+from leanlm.data.plumbing import mirror
 from leanlm.data.fixtures.lm_eval import FIXTURES, write_lm_eval_fixtures
 from leanlm.lm_eval.mirror import check_mirrored, redirected_tasks
 from leanlm.data.tasks import get_task, tasks_in_family
@@ -253,7 +254,7 @@ def test_the_tasks_stage_checks_the_mirror_before_any_training(filled, offline_w
 def test_leanlm_mirror_saves_what_lm_evals_configs_read(tmp_path, monkeypatch):
     import datasets
 
-    from leanlm.data import mirror_fill
+    from leanlm.data.plumbing import mirror_fill
     from leanlm.data.fixtures.lm_eval import fixture_datasets
 
     config = load_config("params/paper.yaml")

@@ -34,7 +34,7 @@ def _params_arg(p: argparse.ArgumentParser) -> None:
 
 def _config(args):
     from leanlm.config import load_config
-    from leanlm.data.mirror import configure_mirror
+    from leanlm.data.plumbing.mirror import configure_mirror
 
     config = load_config(args.params, subset=getattr(args, "subset", None))
     configure_mirror(config)  # data.hub_mirror: where the hub source reads when the hub is out of reach
@@ -45,7 +45,7 @@ def cmd_validate(args) -> None:
     from leanlm.runs import runs
 
     from leanlm import paths
-    from leanlm.data.dvc_profiles import check_dvc_profile
+    from leanlm.data.plumbing.dvc_profiles import check_dvc_profile
 
     from leanlm.reporting.params_tables import check_params_tables
     from leanlm.reporting.tables_file import load_tables
@@ -66,15 +66,15 @@ def cmd_validate(args) -> None:
 
 
 def cmd_data(args) -> None:
-    if args.stage == "register":  # DVC defines the profile's stages from now on (leanlm.data.dvc_profiles)
+    if args.stage == "register":  # DVC defines the profile's stages from now on (leanlm.data.plumbing.dvc_profiles)
         from leanlm import paths
-        from leanlm.data.dvc_profiles import register
+        from leanlm.data.plumbing.dvc_profiles import register
 
         config = _config(args)
         if register(config, paths.project_root() / "dvc.yaml"):
             print(f"leanlm: DVC now defines the data stages of profile {config['profile']!r} (dvc_stages.yaml)")
         return
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     run_stage(args.stage, _config(args))
 
@@ -239,7 +239,7 @@ def cmd_gpu_bundle(args) -> None:
 
 
 def cmd_mirror(args) -> None:
-    from leanlm.data.mirror_fill import fill_mirror
+    from leanlm.data.plumbing.mirror_fill import fill_mirror
 
     record = fill_mirror(_config(args), args.out)
     for kind, items in record["items"].items():

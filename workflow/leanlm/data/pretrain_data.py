@@ -33,7 +33,7 @@ splits, deduplication, STATS.json with counts by source). Text is kept verbatim 
 whitespace that clean_text would collapse (code indentation, LaTeX, lists). DIGESTS.json records each
 split's SHA-256 so that pretraining jobs find their cached token stream without hashing tens of GB again
 (:func:`leanlm.training.token_cache.split_digest`). Both loaders fail at once with a clear message when
-the hub cannot be reached (:func:`leanlm.data.hub.ensure_hub_reachable`).
+the hub cannot be reached (:func:`leanlm.data.sources.hub.ensure_hub_reachable`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from leanlm import paths
-from leanlm.data.sources import Document
+from leanlm.data.sources.packaged_raw import Document
 from leanlm.errors import ConfigError, DataError, LeanLMError
 from leanlm.io import sha256_file, staged_dir, write_json
 
@@ -60,9 +60,9 @@ DIGESTS_FILE = "DIGESTS.json"
 DVC_PROFILES_VAR = "named_data_profiles"  # dvc.yaml's list of the profiles these stages run for
 # The modules each stage runs (DVC deps in dvc.yaml and Snakemake's code version: keep them in step).
 STAGE_CODE = {
-    "corpora": ("data/pretrain_data", "data/hub", "data/corpus", "data/splitting", "data/text", "data/sources",
-                "data/stages"),
-    "tokenizers": ("data/pretrain_data", "data/hub", "data/tokenizer", "data/stages"),
+    "corpora": ("data/pretrain_data", "data/sources/hub", "data/corpus", "data/splitting", "data/text",
+                "data/sources/packaged_raw", "data/plumbing/stages"),
+    "tokenizers": ("data/pretrain_data", "data/sources/hub", "data/tokenizer", "data/plumbing/stages"),
 }
 
 
@@ -165,8 +165,8 @@ def load_streaming_rows(name: str, spec: dict, profile: str):
     """The hub split ``spec`` names as a ``datasets`` IterableDataset (rows in the hub's schema).
 
     Fails at once, naming the dataset, when the hub is unreachable."""
-    from leanlm.data.hub import ensure_hub_reachable
-    from leanlm.data.mirror import mirrored_corpus
+    from leanlm.data.sources.hub import ensure_hub_reachable
+    from leanlm.data.plumbing.mirror import mirrored_corpus
 
     mirrored = mirrored_corpus(spec["dataset"], spec.get("config"), spec["split"], profile)
     if mirrored is not None:
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    from leanlm.data.mirror import configure_mirror
+    from leanlm.data.plumbing.mirror import configure_mirror
 
     try:
         config = load_config(args.params)

@@ -1,6 +1,6 @@
 """lm-eval's own tasks reading their documents from the hub mirror (compute nodes without network).
 
-With a hub mirror set (:mod:`leanlm.data.mirror`), the ``lm_eval`` and ``analysis`` families still run
+With a hub mirror set (:mod:`leanlm.data.plumbing.mirror`), the ``lm_eval`` and ``analysis`` families still run
 lm-eval's own task definitions: the prompts (``doc_to_text``), options and targets, the ``process_docs``
 functions of the task's ``utils.py``, the filters and the metrics. Only where the documents come from
 changes. For each task, :func:`redirect_config` builds the config lm-eval runs: lm-eval's own YAML of the
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from leanlm.data import mirror
+from leanlm.data.plumbing import mirror
 from leanlm.errors import DataError
 from leanlm.lm_eval.configs import task_dataset, task_yaml
 

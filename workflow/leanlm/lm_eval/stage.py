@@ -6,7 +6,7 @@ reads its tasks itself. Which tasks it reads depends on the profile's source:
 
 - ``hub`` (paper): the task's lm-eval name, ``hub.task`` in the task table (``arc_easy``, ``wikitext``,
   ...); lm-eval downloads its data at evaluation, or, when a hub mirror is set
-  (:mod:`leanlm.data.mirror`), runs the same task definitions on the mirror's copy of the data
+  (:mod:`leanlm.data.plumbing.mirror`), runs the same task definitions on the mirror's copy of the data
   (:mod:`leanlm.lm_eval.mirror`). The tasks stage only writes ``tasks/lm_eval/MANIFEST.json``
   naming them (and, with a mirror, checks that it holds every split they read).
 - ``packaged``: the local-JSON stand-in of that task (:data:`leanlm.lm_eval.standins.THESIS_TASKS`
@@ -79,7 +79,7 @@ def lm_eval_include(config: dict, names: list[str]) -> Iterator[Path | None]:
 def heldout_labelled(raw_dir: Path, corpus_dir: Path) -> dict[str, list[tuple[str, str]]]:
     """``{"sentiment": [(text, "negative" | "positive"), ...]}``: the movie snippets the corpus put in its
     test split (never pretrained on), labelled by their human scores; neutral ones are left out."""
-    from leanlm.data.sources import read_movie_snippets
+    from leanlm.data.sources.packaged_raw import read_movie_snippets
 
     held_out = {row["doc_id"].split(":", 1)[1] for row in read_jsonl(corpus_dir / f"{HELDOUT_SPLIT}.jsonl")
                 if row["source"] == "movie_snippets"}

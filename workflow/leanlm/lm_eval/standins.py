@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Sequence
 
 import yaml
 
-from leanlm.data.glue_standins import _delete_span
+from leanlm.data.families.glue_standins import _delete_span
 from leanlm.data.splitting import seeded_sample, task_rng
 from leanlm.data.text import dedupe_key, is_content_word, is_prose_sentence, split_sentences
 from leanlm.errors import ConfigError, DataError

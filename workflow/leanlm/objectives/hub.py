@@ -31,8 +31,8 @@ class HubCheckpoint(PretrainObjective):
         source = run.hub_checkpoint
         load_from = source
         if not Path(source).is_dir():
-            from leanlm.data.hub import ensure_hub_reachable
-            from leanlm.data.mirror import mirrored_model
+            from leanlm.data.sources.hub import ensure_hub_reachable
+            from leanlm.data.plumbing.mirror import mirrored_model
 
             load_from = mirrored_model(source, profile)  # the hub mirror's copy, when one is set
             if load_from is None:

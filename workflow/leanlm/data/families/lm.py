@@ -26,8 +26,8 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from leanlm.data.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
-from leanlm.data.hub import PARQUET_REVISION
+from leanlm.data.families.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.sources.hub import PARQUET_REVISION
 from leanlm.data.splitting import unit_interval
 from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
@@ -36,7 +36,7 @@ from leanlm.io import read_jsonl
 
 log = logging.getLogger(__name__)
 
-# Corpus sources each stand-in draws from (leanlm.data.sources.CORPUS_SOURCES names).
+# Corpus sources each stand-in draws from (leanlm.data.sources.packaged_raw.CORPUS_SOURCES names).
 STANDIN_SOURCES = {
     "wikitext103": ("wikipedia", "wiki_paragraphs"),   # Wikipedia articles, as WikiText
     "ptb": ("lee_news", "nyt_editorials"),             # newswire, as the Treebank's WSJ text
@@ -160,8 +160,8 @@ def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
     ``datasets``; the hub's automatic parquet copy (:data:`PARQUET_REVISION`) is tried after the
     main revision fails.
     """
-    from leanlm.data.hub import ensure_hub_reachable
-    from leanlm.data.mirror import mirrored_dataset
+    from leanlm.data.sources.hub import ensure_hub_reachable
+    from leanlm.data.plumbing.mirror import mirrored_dataset
 
     hub = spec.hub
     splits = tuple(hub[s] for s in ("train", "validation", "test"))

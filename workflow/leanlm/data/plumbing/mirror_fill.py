@@ -1,4 +1,4 @@
-"""``leanlm mirror``: fill the hub mirror (:mod:`leanlm.data.mirror`) on a machine with network.
+"""``leanlm mirror``: fill the hub mirror (:mod:`leanlm.data.plumbing.mirror`) on a machine with network.
 
 Everything the profile's hub source reads is fetched through the same loaders the data stages use
 (with the mirror switched off, so they go to the hub) and written in the hub's own schema:
@@ -27,7 +27,7 @@ import itertools
 import logging
 from pathlib import Path
 
-from leanlm.data import mirror
+from leanlm.data.plumbing import mirror
 from leanlm.errors import ConfigError
 from leanlm.io import write_json
 
@@ -46,8 +46,10 @@ def _save_dataset(target: Path, data) -> None:
 
 
 def _task_items(config: dict, root: Path) -> list[str]:
-    from leanlm.data import hub, lm_tasks, squad
-    from leanlm.data.stages import _task_specs
+    from leanlm.data.sources.packaged_raw import hub
+    from leanlm.data.families import lm as lm_tasks
+    from leanlm.data.families import squad
+    from leanlm.data.plumbing.stages import _task_specs
 
     loaders = {"lm": lm_tasks.load_lm_dataset, "squad": squad.load_squad}
     done, items = set(), []
@@ -72,8 +74,8 @@ def _lm_eval_items(config: dict, root: Path) -> list[str]:
     """The datasets lm-eval's own configs of the profile's ch. 4 tasks read, all their splits."""
     import datasets
 
-    from leanlm.data import hub
-    from leanlm.data.stages import _task_specs
+    from leanlm.data.sources.packaged_raw import hub
+    from leanlm.data.plumbing.stages import _task_specs
     from leanlm.lm_eval.configs import task_dataset
 
     names = dict.fromkeys(spec.hub["task"] for spec in _task_specs(config)
@@ -99,7 +101,8 @@ def _lm_eval_items(config: dict, root: Path) -> list[str]:
 def _corpus_items(config: dict, root: Path) -> list[str]:
     import datasets
 
-    from leanlm.data import hub, pretrain_data
+    from leanlm.data import pretrain_data
+    from leanlm.data.sources.packaged_raw import hub
 
     corpora = []
     if config["source"] == "hub":
@@ -126,7 +129,7 @@ def _corpus_items(config: dict, root: Path) -> list[str]:
 def _tokenizer_items(config: dict, root: Path) -> list[str]:
     from transformers import AutoTokenizer
 
-    from leanlm.data import hub
+    from leanlm.data.sources.packaged_raw import hub
 
     names = []
     if (config["data"].get("tokenizer") or {}).get("kind") == "hub":
@@ -146,7 +149,7 @@ def _tokenizer_items(config: dict, root: Path) -> list[str]:
 def _model_items(config: dict, root: Path) -> list[str]:
     from transformers import AutoModel
 
-    from leanlm.data import hub
+    from leanlm.data.sources.packaged_raw import hub
     from leanlm.runs import runs
 
     names = sorted({r.hub_checkpoint for r in runs(config)
