@@ -234,7 +234,9 @@ def test_named_stages_write_corpus_and_tokenizer(scratch_root, tmp_path, monkeyp
         assert split_digest(corpus / f"{split}.jsonl") == digests[f"{split}.jsonl"]["sha256"]
     assert json.loads((corpus.parent / "MANIFEST.json").read_text())["corpora"]["slimpajama"]["max_documents"] == 30
 
-    assert named_data.main(["tokenizers", "--params", "params/paper.yaml"]) == 0  # DVC's command
+    from leanlm.cli import main
+
+    assert main(["data", "tokenizers", "--params", "params/paper.yaml"]) == 0  # DVC's command
     saved = scratch_root / "data" / "paper" / "tokenizers" / "pythia"
     meta = json.loads((saved / "META.json").read_text())
     assert meta["special_token_ids"] == {"eos": 0} and meta["vocab_size"] == 300 and meta["embedding_rows"] == 384

@@ -86,9 +86,21 @@ def cmd_pretrain(args) -> None:
 
 
 def cmd_finetune(args) -> None:
+    from leanlm import paths
+    from leanlm.runs import get_run
+    from leanlm.snakemake_records import remove_recorded_checkpoint
     from leanlm.stages.finetune import finetune
 
-    finetune(_config(args), args.run, args.family)
+    config = _config(args)
+    run = get_run(config, args.run)
+    if args.family in run.finetune:  # else finetune says what is wrong
+        # The pretraining this job reads is finished and recorded by Snakemake (it starts no fine-tuning before):
+        # its kept training checkpoint goes now rather than at the end of the workflow. Snakemake's records are
+        # the workflow's business, so this is the command's step, not the library's (leanlm.snakemake_records).
+        trained = run.evaluate_from or args.run
+        if remove_recorded_checkpoint(paths.project_root(), config["profile"], trained):
+            logging.getLogger(__name__).info("%s: removed the training checkpoint of the finished pretraining", trained)
+    finetune(config, args.run, args.family)
 
 
 def cmd_aggregate(args) -> None:
@@ -292,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("data", help="one data stage (run by `dvc repro`)")
     # corpora / tokenizers: a profile's named pretraining data (data.corpora, data.tokenizers; paper: SlimPajama,
-    # Pythia's and RoBERTa's BPE), which DVC runs as `python -m leanlm.data.pretrain_data`.
+    # Pythia's and RoBERTa's BPE: leanlm.data.pretrain_data), DVC's stages corpora@ / tokenizers@.
     # register: enter the profile in dvc_stages.yaml, so that DVC defines its stages (the data rules run it first).
     p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks", "corpora", "tokenizers", "register"])
     _params_arg(p)

@@ -22,7 +22,7 @@ Two DVC stages per profile that names data (dvc.yaml's ``named_data_profiles``),
                           (+ corpora/MANIFEST.json: the settings of every corpus)
     tokenizers@<profile>  data/<profile>/tokenizers/<name>/{tokenizer.json,META.json} (+ tokenizers/MANIFEST.json)
 
-run as ``python -m leanlm.data.pretrain_data {corpora,tokenizers} --params params/<profile>.yaml``.
+run as ``leanlm data {corpora,tokenizers} --params params/<profile>.yaml`` (DVC's cmd).
 
 A corpus is streamed from the hub (``datasets`` streaming: nothing but the documents kept is downloaded)
 and stops after ``max_documents``; rows in the hub's schema (SlimPajama: ``text``,
@@ -38,11 +38,9 @@ the hub cannot be reached (:func:`leanlm.data.sources.hub.ensure_hub_reachable`)
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +48,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from leanlm import paths
 from leanlm.data.sources.packaged_raw import Document
-from leanlm.errors import ConfigError, DataError, LeanLMError
+from leanlm.errors import ConfigError, DataError
 from leanlm.io import sha256_file, staged_dir, write_json
 
 log = logging.getLogger(__name__)
@@ -266,29 +264,3 @@ def check_dvc_stages(config: dict, dvc_file: str | Path = "dvc.yaml") -> None:
                           f"{path}'s vars {DVC_PROFILES_VAR} ({listed}) does not list profile "
                           f"{config['profile']!r}; add it there so that DVC has stages corpora@{config['profile']} and "
                           f"tokenizers@{config['profile']}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m leanlm.data.pretrain_data {corpora,tokenizers} --params params/<profile>.yaml`` (DVC's cmd)."""
-    from leanlm.config import load_config
-
-    parser = argparse.ArgumentParser(prog="python -m leanlm.data.pretrain_data", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=list(_STAGES))
-    parser.add_argument("--params", default=None, metavar="FILE", help="profile (default: params/smoke.yaml)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    from leanlm.data.plumbing.mirror import configure_mirror
-
-    try:
-        config = load_config(args.params)
-        configure_mirror(config)  # data.hub_mirror: the corpora and tokenizers come from it when set
-        run_named_stage(args.stage, config)
-    except LeanLMError as exc:
-        print(f"leanlm data {args.stage}: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -35,7 +35,6 @@ import time
 import torch
 
 from leanlm import paths
-from leanlm.config import public
 from leanlm.data.pretrain_data import embedding_rows, run_data
 from leanlm.data.tokenizer import eos_token_id, special_token_id
 from leanlm.errors import ConfigError, DataError, LeanLMError, TrainingError
@@ -48,7 +47,7 @@ from leanlm.modeling.models import build_model, loss_only_kwargs
 # The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>.
 from leanlm.plugins import OBJECTIVES
 from leanlm.provenance import hardware
-from leanlm.runs import get_run, pretrain_settings
+from leanlm.runs import get_run, pretrain_settings, public
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.distributed import (barrier, broadcast_object, cleanup_distributed, init_distributed,
                                          rank_zero_first)
