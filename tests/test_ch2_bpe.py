@@ -17,7 +17,7 @@ import torch
 
 from leanlm import paths
 from leanlm.config import load_config
-from leanlm.data.sources.packaged_raw import hub
+from leanlm.data.sources import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.data.tokenizer import (is_bert_style, load_tokenizer, special_token_id, special_token_ids,
                                    stored_special_ids, train_wordpiece)

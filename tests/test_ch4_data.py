@@ -21,7 +21,7 @@ import yaml
 
 from leanlm.config import _load_matrix_cached, load_config
 
-from leanlm.data.sources.packaged_raw import hub
+from leanlm.data.sources import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.errors import ConfigError, DataError
 from leanlm.runs import get_run, named_pretrain_data, runs

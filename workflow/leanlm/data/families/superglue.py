@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
-from leanlm.data.sources.packaged_raw import hub
+from leanlm.data.sources import hub
 from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
 from leanlm.errors import DataError

@@ -46,7 +46,7 @@ def _save_dataset(target: Path, data) -> None:
 
 
 def _task_items(config: dict, root: Path) -> list[str]:
-    from leanlm.data.sources.packaged_raw import hub
+    from leanlm.data.sources import hub
     from leanlm.data.families import lm as lm_tasks
     from leanlm.data.families import squad
     from leanlm.data.plumbing.stages import _task_specs
@@ -74,7 +74,7 @@ def _lm_eval_items(config: dict, root: Path) -> list[str]:
     """The datasets lm-eval's own configs of the profile's ch. 4 tasks read, all their splits."""
     import datasets
 
-    from leanlm.data.sources.packaged_raw import hub
+    from leanlm.data.sources import hub
     from leanlm.data.plumbing.stages import _task_specs
     from leanlm.lm_eval.configs import task_dataset
 
@@ -102,7 +102,7 @@ def _corpus_items(config: dict, root: Path) -> list[str]:
     import datasets
 
     from leanlm.data import pretrain_data
-    from leanlm.data.sources.packaged_raw import hub
+    from leanlm.data.sources import hub
 
     corpora = []
     if config["source"] == "hub":
@@ -129,7 +129,7 @@ def _corpus_items(config: dict, root: Path) -> list[str]:
 def _tokenizer_items(config: dict, root: Path) -> list[str]:
     from transformers import AutoTokenizer
 
-    from leanlm.data.sources.packaged_raw import hub
+    from leanlm.data.sources import hub
 
     names = []
     if (config["data"].get("tokenizer") or {}).get("kind") == "hub":
@@ -149,7 +149,7 @@ def _tokenizer_items(config: dict, root: Path) -> list[str]:
 def _model_items(config: dict, root: Path) -> list[str]:
     from transformers import AutoModel
 
-    from leanlm.data.sources.packaged_raw import hub
+    from leanlm.data.sources import hub
     from leanlm.runs import runs
 
     names = sorted({r.hub_checkpoint for r in runs(config)
