@@ -22,7 +22,7 @@ GLUE = ["mnli", "qnli", "qqp", "rte", "sst2", "mrpc", "cola", "stsb"]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from leanlm.data import hub  # noqa: E402  (after the offline switches)
+from leanlm.data.sources import hub  # noqa: E402  (after the offline switches)
 from leanlm.data.tasks import get_task  # noqa: E402
 from leanlm.errors import ConfigError, DataError  # noqa: E402
 
