@@ -37,7 +37,8 @@ def scratch_root(tmp_path, monkeypatch):
 def offline_with(monkeypatch):
     """Offline (the hub unreachable), with the mirror given by LEANLM_HUB_MIRROR or not at all: call the
     fixture with a mirror folder or None (the hub-mirror and lm-eval-mirror tests)."""
-    from leanlm.data import hub, mirror
+    from leanlm.data.sources import hub
+    from leanlm.data.plumbing import mirror
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

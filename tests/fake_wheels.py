@@ -141,7 +141,7 @@ def _fake_po(rng: random.Random, app: str) -> bytes:
 
 
 def write_fake_wheels(directory: Path) -> dict[str, dict[str, bytes]]:
-    from leanlm.data.packaged import DJANGO_CATALOGUES
+    from leanlm.data.sources.packaged import DJANGO_CATALOGUES
 
     rng = random.Random(0)
     files = _fake_files(rng)

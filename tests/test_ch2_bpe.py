@@ -17,7 +17,7 @@ import torch
 
 from leanlm import paths
 from leanlm.config import load_config
-from leanlm.data import hub
+from leanlm.data.sources import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.data.tokenizer import (is_bert_style, load_tokenizer, special_token_id, special_token_ids,
                                    stored_special_ids, train_wordpiece)
@@ -161,9 +161,9 @@ def bpe_project(scratch_root, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("run_id", ["ch2_hashformers-bert_mlm", "ch2_hashformers-bert_sr", "ch2_subword-md5_proj"])
 def test_pretrain_and_glue_with_roberta_bpe(bpe_project, run_id):
-    from leanlm.training.finetune import finetune
-    from leanlm.training.hash_inputs import finetuning_tokenizer
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.finetune import finetune
+    from leanlm.hashing.inputs import finetuning_tokenizer
+    from leanlm.stages.pretrain import pretrain
 
     config = bpe_project
     run = get_run(config, run_id)
@@ -193,7 +193,7 @@ def test_pretrain_and_glue_with_roberta_bpe(bpe_project, run_id):
 
 
 def test_finetuning_needs_the_saved_tokenizer(bpe_project):
-    from leanlm.training.hash_inputs import finetuning_tokenizer
+    from leanlm.hashing.inputs import finetuning_tokenizer
 
     run = get_run(bpe_project, "ch2_hashformers-bert_sr")
     with pytest.raises(DataError, match=r"tokenizer.json is missing: run ch2_hashformers-bert_sr pretrains with "

@@ -16,7 +16,7 @@ from leanlm.errors import ConfigError
 from leanlm.hashing import HashCodebook, MD5Hasher
 from leanlm.runs import finetune_seeds, finetune_settings, get_run, pretrain_settings, runs
 from leanlm.training import step_timing
-from leanlm.training.hash_inputs import CodebookTokenizer, FeatureBatches, assemble, with_features
+from leanlm.hashing.inputs import CodebookTokenizer, FeatureBatches, assemble, with_features
 from leanlm.training.objectives import pack_sequences
 from leanlm.training.shuffle_random import IGNORE_INDEX
 from params_files import edit_yaml  # noqa: E402  (tests/ is on sys.path)
@@ -213,8 +213,8 @@ def tiny_project(scratch_root):
 
 
 def _run(config, run_id):
-    from leanlm.training.finetune import finetune
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.finetune import finetune
+    from leanlm.stages.pretrain import pretrain
 
     return pretrain(config, run_id), finetune(config, run_id, "glue")
 

@@ -21,7 +21,7 @@ import yaml
 
 from leanlm.config import _load_matrix_cached, load_config
 
-from leanlm.data import hub
+from leanlm.data.sources import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.errors import ConfigError, DataError
 from leanlm.runs import get_run, named_pretrain_data, runs
@@ -218,7 +218,7 @@ def test_named_stages_write_corpus_and_tokenizer(scratch_root, tmp_path, monkeyp
 
     edit_yaml(scratch_root / "params/paper.yaml", tiny)
     config = load_config("params/paper.yaml")
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     run_stage("corpora", config)  # the stage entry point DVC's command reaches
     corpus = scratch_root / "data" / "paper" / "corpora" / "slimpajama"
@@ -234,7 +234,9 @@ def test_named_stages_write_corpus_and_tokenizer(scratch_root, tmp_path, monkeyp
         assert split_digest(corpus / f"{split}.jsonl") == digests[f"{split}.jsonl"]["sha256"]
     assert json.loads((corpus.parent / "MANIFEST.json").read_text())["corpora"]["slimpajama"]["max_documents"] == 30
 
-    assert named_data.main(["tokenizers", "--params", "params/paper.yaml"]) == 0  # DVC's command
+    from leanlm.cli import main
+
+    assert main(["data", "tokenizers", "--params", "params/paper.yaml"]) == 0  # DVC's command
     saved = scratch_root / "data" / "paper" / "tokenizers" / "pythia"
     meta = json.loads((saved / "META.json").read_text())
     assert meta["special_token_ids"] == {"eos": 0} and meta["vocab_size"] == 300 and meta["embedding_rows"] == 384
@@ -321,10 +323,10 @@ def tiny_run(tmp_path_factory):
     import torch
 
     from leanlm.cli import main as leanlm
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
     from leanlm.data.tokenizer import save_tokenizer, train_wordpiece
     from leanlm.io import write_json, write_jsonl
-    from leanlm.training.finetune import finetune
+    from leanlm.stages.finetune import finetune
 
     root = tmp_path_factory.mktemp("ch4_data_root")
     shutil.copytree(REPO / "params", root / "params")

@@ -104,8 +104,8 @@ def test_skip_needs_a_hybrid(scratch_root):
 
 
 def test_task_names_per_source():
-    from leanlm.data.lm_eval_stage import lm_eval_task_name
-    from leanlm.data.lm_eval_tasks import THESIS_TASKS
+    from leanlm.lm_eval.stage import lm_eval_task_name
+    from leanlm.lm_eval.standins import THESIS_TASKS
     from leanlm.data.tasks import get_task, tasks_in_family
 
     assert lm_eval_task_name(get_task("lm_eval_arc_easy"), "hub") == "arc_easy"
@@ -204,12 +204,12 @@ def tiny_pipeline(tmp_path_factory):
     import shutil
 
     from leanlm.config import _load_matrix_cached
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
     from leanlm.data.tokenizer import save_tokenizer, train_wordpiece
     from leanlm.io import write_json, write_jsonl
     from leanlm.reporting.aggregate import main as aggregate
-    from leanlm.training.finetune import finetune
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.finetune import finetune
+    from leanlm.stages.pretrain import pretrain
 
     repo = Path(__file__).resolve().parents[1]
     root = tmp_path_factory.mktemp("ch4_root")
@@ -338,8 +338,8 @@ def test_aggregation_holds_the_scores_and_the_baselines(tiny_pipeline):
 
 
 def test_baselines_follow_the_evaluated_documents(tiny_pipeline):
-    from leanlm.data.lm_eval_stage import include_path
-    from leanlm.evaluation.lm_eval_baselines import load_lm_eval_tasks, task_baselines
+    from leanlm.lm_eval.stage import include_path
+    from leanlm.lm_eval.baselines import load_lm_eval_tasks, task_baselines
 
     root, config, tokenizer = tiny_pipeline
     task = load_lm_eval_tasks(["leanlm_definition"], include_path("tiny", "packaged"))["leanlm_definition"]

@@ -101,7 +101,7 @@ def _predictions(spec, rate: float, shared: np.ndarray, rng) -> tuple[list, list
 
 
 def _write_run(root: Path, config: dict, run_id: str, rate: float, seeds=(0,), family: str = "glue", tasks=None):
-    """A family results JSON of ``config``'s profile as leanlm.training.finetune writes it: the settings it
+    """A family results JSON of ``config``'s profile as leanlm.stages.finetune writes it: the settings it
     was made with (the claims check them against the profile) and per-example data included."""
     from leanlm.data.tasks import get_task
     from leanlm.evaluation import per_example

@@ -1,4 +1,4 @@
-"""Ch. 2's hash runs packed from memory-mapped row-id streams (training/codebook_streams.py): the same
+"""Ch. 2's hash runs packed from memory-mapped row-id streams (hashing/codebook_streams.py): the same
 codebook, rows, features and pretraining batches as the in-memory packing they replace (kept here as the
 reference), built once per (codebook, corpus), shared across hashers, rebuilt when damaged."""
 
@@ -17,9 +17,10 @@ from leanlm.hashing import HashCodebook
 from leanlm.hashing.words import SPECIAL_TOKENS
 from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
 from leanlm.runs import get_run, pretrain_settings
-from leanlm.training import codebook_streams, eos_packing
-from leanlm.training.codebook_streams import codebook_corpus
-from leanlm.training.hash_inputs import (_model_config, _tokenizer_for, corpus_token_counts, subword_tokenizer,
+from leanlm.training import eos_packing
+from leanlm.hashing import codebook_streams
+from leanlm.hashing.codebook_streams import codebook_corpus
+from leanlm.hashing.inputs import (_model_config, _tokenizer_for, corpus_token_counts, subword_tokenizer,
                                          with_features)
 from leanlm.training.objectives import pack_sequences
 from leanlm.plugins import OBJECTIVES
@@ -175,7 +176,7 @@ def test_word_rows_number_tokens_as_the_codebook_does():
 
 
 def test_hash_pretraining_packs_from_the_streams(project, tmp_path):
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     config = load_config("params/smoke.yaml")
     run = get_run(config, "ch2_hashformers-md5_emb_1k")

@@ -24,7 +24,7 @@ from leanlm.modeling.decoder import GPT2ForCausalLM
 from leanlm.runs import get_run, pretrain_settings, runs
 from leanlm.training import compiling
 from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.training.pretrain import CausalLMBatches, pretrain_train_config
+from leanlm.stages.pretrain import CausalLMBatches, pretrain_train_config
 
 from params_files import edit_yaml
 
@@ -138,7 +138,7 @@ def test_compile_and_prefetch_are_profile_settings(scratch_root):
 
 
 def test_fine_tuning_takes_compile_from_its_block(scratch_root):
-    from leanlm.training.finetune import finetune_train_config
+    from leanlm.stages.finetune import finetune_train_config
 
     path = scratch_root / "params" / "smoke.yaml"
     glue = load_config(path)["finetune"]["glue"]

@@ -22,7 +22,7 @@ GLUE = ["mnli", "qnli", "qqp", "rte", "sst2", "mrpc", "cola", "stsb"]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from leanlm.data import hub  # noqa: E402  (after the offline switches)
+from leanlm.data.sources import hub  # noqa: E402  (after the offline switches)
 from leanlm.data.tasks import get_task  # noqa: E402
 from leanlm.errors import ConfigError, DataError  # noqa: E402
 
@@ -77,7 +77,7 @@ def test_no_connection_fails_fast(monkeypatch):
 
 
 def test_hub_stages_fail_fast_offline(tmp_path, monkeypatch):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     shutil.copytree(REPO / "params", tmp_path / "params")
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
@@ -144,7 +144,7 @@ def test_hidden_labels_and_missing_columns(tmp_path):
 
 
 def test_hub_tasks_stage_writes_the_task_sets(tmp_path, monkeypatch):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     shutil.copytree(REPO / "params", tmp_path / "params")
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
@@ -190,7 +190,7 @@ def test_wikipedia_and_bookcorpus_documents(tmp_path):
 def test_hub_corpus_stage_streams_into_the_corpus_shape(tmp_path, monkeypatch):
     import datasets
 
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     shutil.copytree(REPO / "params", tmp_path / "params")
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
@@ -223,7 +223,7 @@ def test_bookcorpus_streams_from_the_parquet_copy_when_its_script_does_not_load(
     corpus is read from the hub's parquet conversion instead (as the Penn Treebank is); Wikipedia loads at main."""
     import datasets
 
-    from leanlm.data.lm_tasks import PARQUET_REVISION
+    from leanlm.data.families.lm import PARQUET_REVISION
 
     calls, real_load = [], datasets.load_dataset
 

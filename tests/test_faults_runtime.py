@@ -213,7 +213,7 @@ def test_atomic_write_on_a_full_disk_leaves_nothing(tmp_path, mount_tmpfs):
 
 
 def test_read_only_results_fail_before_training(scratch_root, mount_tmpfs):
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     root = _tiny(scratch_root)
     mount_tmpfs(root / "results", "ro,size=64k")
@@ -226,7 +226,7 @@ def test_read_only_results_fail_before_training(scratch_root, mount_tmpfs):
 def test_results_turning_read_only_after_training_publish_nothing(scratch_root, mount_tmpfs, monkeypatch):
     """The issue's case: training ends, then the record cannot be written. Before, model.safetensors was
     left without pretrain.json and a raw OSError; now neither is published and the error names the path."""
-    from leanlm.training import pretrain as pretrain_module
+    from leanlm.stages import pretrain as pretrain_module
 
     root = _tiny(scratch_root)
     results = mount_tmpfs(root / "results", "size=64k")
@@ -249,7 +249,7 @@ def test_results_turning_read_only_after_training_publish_nothing(scratch_root, 
 
 # ---------------------------------------------------------------- item 10: one job per run at a time
 def test_second_job_on_a_run_fails_fast_naming_the_holder(scratch_root):
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     root = _tiny(scratch_root)
     run_dir = paths.models_dir("smoke") / RUN

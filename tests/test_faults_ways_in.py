@@ -43,7 +43,7 @@ def standins(tmp_path, monkeypatch):
     """A stand-in folder as the tasks stage writes it, and the marker file a payload would write."""
     import datasets
 
-    from leanlm.data.lm_eval_tasks import _write_task
+    from leanlm.lm_eval.standins import _write_task
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_datasets")
     folder = tmp_path / "data" / "smoke" / "tasks" / "lm_eval"
@@ -53,7 +53,7 @@ def standins(tmp_path, monkeypatch):
 
 
 def evaluate(tokenizer, folder, name="leanlm_definition"):
-    from leanlm.evaluation.lm_eval_adapter import run_lm_eval
+    from leanlm.lm_eval.adapter import run_lm_eval
 
     return run_lm_eval(make_model(tokenizer), tokenizer, [name], str(folder), batch_size=2)
 
@@ -74,7 +74,7 @@ def test_an_include_of_a_function_tag_beside_the_yaml_is_refused_and_never_impor
     with pytest.raises(DataError, match=r"leanlm_definition\.yaml is not the task definition leanlm writes .*"
                                         r"differs in .*include.*Delete .*lm_eval and rerun the data stage"):
         evaluate(tokenizer, folder)
-    from leanlm.evaluation.lm_eval_baselines import load_lm_eval_tasks
+    from leanlm.lm_eval.baselines import load_lm_eval_tasks
 
     with pytest.raises(DataError, match="not the task definition leanlm writes"):
         load_lm_eval_tasks(["leanlm_definition"], folder)  # the baselines' route into lm-eval
@@ -121,7 +121,7 @@ def test_a_yaml_in_the_folder_never_shadows_lm_evals_own_task(standins, monkeypa
     own of that name; leanlm never gives it a folder."""
     from lm_eval import tasks as lm_eval_tasks
 
-    from leanlm.evaluation import lm_eval_adapter
+    from leanlm.lm_eval import adapter as lm_eval_adapter
 
     folder, marker = standins
     (folder / "evil.py").write_text(EVIL.format(marker=str(marker)))
@@ -138,7 +138,7 @@ def test_a_yaml_in_the_folder_never_shadows_lm_evals_own_task(standins, monkeypa
 def test_an_index_entry_outside_lm_evals_install_is_refused(tmp_path, monkeypatch):
     """The task index is a file in the cache folder; an entry pointing elsewhere would make the hub mirror's
     redirect load (and import beside) a YAML of the attacker's choosing."""
-    from leanlm.evaluation import lm_eval_configs
+    from leanlm.lm_eval import configs as lm_eval_configs
 
     real = lm_eval_configs.task_yaml("arc_easy")
     assert real.is_relative_to(lm_eval_configs.installed_tasks_dir())

@@ -21,12 +21,13 @@ import torch
 
 from leanlm.config import _load_matrix_cached, load_config
 
-from leanlm.data import hub
+from leanlm.data.sources import hub
 from leanlm.data import pretrain_data as named_data
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import read_jsonl, write_jsonl
 from leanlm.runs import get_run, named_pretrain_data, runs
-from leanlm.training.fixed_sequence import attach_fixed_sequence, reads_fixed_text
+from leanlm.runs import reads_fixed_text
+from leanlm.training.fixed_sequence import attach_fixed_sequence
 from params_files import edit_yaml  # noqa: E402  (tests/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]

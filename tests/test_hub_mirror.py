@@ -19,7 +19,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import datasets  # noqa: E402
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Translation, Value  # noqa: E402
 
-from leanlm.data import hub, mirror  # noqa: E402
+from leanlm.data.sources import hub  # noqa: E402
+from leanlm.data.plumbing import mirror
 from leanlm.data.tasks import get_task  # noqa: E402
 from leanlm.errors import DataError  # noqa: E402
 
@@ -135,7 +136,7 @@ def test_offline_without_a_mirror_names_the_setting(offline_with):
 
 
 def test_paper_profile_stages_read_the_mirror_setting(filled, offline_with, tmp_path, monkeypatch):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     offline_with(None)  # only the profile's data.hub_mirror says where the mirror is
     shutil.copytree(REPO / "params", tmp_path / "params")
@@ -151,7 +152,7 @@ def test_paper_profile_stages_read_the_mirror_setting(filled, offline_with, tmp_
 
 def test_fill_saves_what_the_loaders_return_in_the_hubs_schema(tmp_path, monkeypatch):
     from leanlm.config import load_config
-    from leanlm.data import mirror_fill
+    from leanlm.data.plumbing import mirror_fill
 
     config = load_config("params/paper.yaml")
     config["finetune"] = {"glue": {**config["finetune"]["glue"], "tasks": ["sst2"]}}

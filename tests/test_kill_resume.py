@@ -137,7 +137,7 @@ def test_killed_pretraining_resumes_to_the_same_model(scratch_root, sig):
 
 # ------------------------------------------------------------- item 9: killed fine-tuning keeps work
 def test_killed_finetuning_keeps_finished_results_and_ends_the_same(scratch_root):
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     root = _tiny(scratch_root, tasks=("mrpc", "stsb"), seeds=(3, 4), epochs=2)
     pretrain(load_config("params/smoke.yaml"), RUN)
@@ -163,8 +163,8 @@ class Killed(Exception):
 
 
 def test_finetuning_killed_mid_task_resumes_from_its_checkpoint(scratch_root, monkeypatch):
-    from leanlm.training import finetune as ft
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages import finetune as ft
+    from leanlm.stages.pretrain import pretrain
 
     _tiny(scratch_root, tasks=("mrpc",), seeds=(3,), epochs=3)
     config = load_config("params/smoke.yaml")
@@ -202,7 +202,7 @@ def test_finetuning_killed_mid_task_resumes_from_its_checkpoint(scratch_root, mo
 
 
 def test_part_made_under_other_settings_is_not_reused(scratch_root):
-    from leanlm.training import finetune as ft
+    from leanlm.stages import finetune as ft
 
     part = scratch_root / "mrpc-seed3.json"
     key = {"settings": {"lr": 1e-3}, "seeds": [3], "model": {}, "task": "mrpc", "seed": 3}

@@ -1,6 +1,9 @@
 """The house rules of the package, read from the sources (no import needed):
 
 - no import circle between leanlm modules (imports at any depth, top level or inside functions);
+- the floors (FLOORS, lowest first): a module imports only from its own floor or the floors below it, so
+  the library (modeling, data, training, evaluation, the stages) knows nothing of the workflow above it
+  (Snakemake's records, share, the CLI);
 - the core (modeling, data, training engine, evaluation, reporting machinery, ...) never imports a
   plug-in (pretraining objectives, fine-tuning runners, chapter tables and figures) or a benchmark; a
   chapter never imports another chapter;
@@ -24,6 +27,26 @@ PACKAGE_DIR = ROOT / "workflow" / "leanlm"
 PLUGINS = ("leanlm.objectives", "leanlm.runners", "leanlm.reporting.ch2", "leanlm.reporting.ch3",
            "leanlm.reporting.ch4")
 CHAPTERS = ("leanlm.reporting.ch2", "leanlm.reporting.ch3", "leanlm.reporting.ch4")
+# The floors of the house, lowest first; a module's floor is the one naming its longest prefix. An import
+# may stay on its floor or go down, never up (a function-level import counts as much as a top-level one).
+FLOORS = (
+    ("foundation", ("leanlm", "leanlm.errors", "leanlm.paths", "leanlm.io", "leanlm.registry", "leanlm.schemas",
+                    "leanlm.progress", "leanlm.forkserver", "leanlm.run_summary", "leanlm.process_end",
+                    "leanlm.provenance")),
+    ("modeling", ("leanlm.modeling",)),
+    ("matrix", ("leanlm.runs", "leanlm.record_settings")),  # the runs a profile resolves to
+    ("evaluation", ("leanlm.evaluation",)),  # metrics and scoring, from predictions or a model
+    ("data", ("leanlm.data",)),  # sources, task families, tokenizer, pretraining corpora
+    ("lm_eval", ("leanlm.lm_eval",)),  # ch. 4's lm-eval tasks, stand-ins, mirror and adapter
+    ("data stages", ("leanlm.data.plumbing.stages", "leanlm.data.fixtures", "leanlm.data.plumbing.mirror_fill")),  # DVC's commands
+    ("training engine", ("leanlm.training",)),
+    ("ch. 2 hashing route", ("leanlm.hashing",)),  # hashers, codebooks and how a hash run's text becomes inputs
+    ("stages", ("leanlm.stages", "leanlm.plugins", "leanlm.objectives", "leanlm.runners")),
+    ("profile", ("leanlm.config", "leanlm.profile_checks")),  # a profile read and checked against the library
+    ("reporting", ("leanlm.reporting", "leanlm.claims", "leanlm.budget", "leanlm.memory", "leanlm.memory_probe")),
+    ("workflow", ("leanlm.snakemake_records", "leanlm.share", "leanlm.cli", "leanlm.job_code", "leanlm.cluster",
+                  "leanlm.benchmarks")),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -108,7 +131,7 @@ def _in(module: str, packages) -> str | None:
 
 def test_the_graph_sees_the_package():
     assert len(MODULES) > 100
-    assert "leanlm.training.engine" in GRAPH["leanlm.training.pretrain"]
+    assert "leanlm.training.engine" in GRAPH["leanlm.stages.pretrain"]
 
 
 def test_no_import_circle():
@@ -117,6 +140,43 @@ def test_no_import_circle():
 
 def test_the_cycle_check_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def floor_of(module: str) -> int | None:
+    """The index in FLOORS of ``module``'s floor (the floor naming its longest prefix); None if none does."""
+    named = [(len(p), i) for i, (_, prefixes) in enumerate(FLOORS) for p in prefixes
+             if module == p or module.startswith(p + ".")]
+    return max(named)[1] if named else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import from a floor to a higher one, as 'module (floor) imports module (floor)'."""
+    return sorted(f"{m} ({FLOORS[floor_of(m)][0]}) imports {i} ({FLOORS[floor_of(i)][0]})"
+                  for m, imported in graph.items() for i in imported if floor_of(i) > floor_of(m))
+
+
+def test_every_module_is_on_a_floor():
+    assert [m for m in MODULES if floor_of(m) is None] == [], "modules on no floor: add them to FLOORS"
+
+
+def test_no_import_runs_up_the_floors():
+    wrong = upward_imports(GRAPH)
+    assert wrong == [], "imports from a lower floor to a higher one (FLOORS, lowest first):\n" + "\n".join(wrong)
+
+
+def test_the_floor_check_finds_an_import_up_and_names_it():
+    graph = {"leanlm.training.engine": {"leanlm.errors", "leanlm.snakemake_records"}, "leanlm.cli": {"leanlm.io"}}
+    assert upward_imports(graph) == ["leanlm.training.engine (training engine) imports leanlm.snakemake_records "
+                                     "(workflow)"]
+
+
+def test_the_library_knows_nothing_of_snakemake():
+    """No module below the workflow floor imports Snakemake itself or the module that reads its records."""
+    workflow = len(FLOORS) - 1
+    wrong = sorted(m for m, path in MODULES.items() if floor_of(m) < workflow
+                   and any(isinstance(n, (ast.Import, ast.ImportFrom)) and "snakemake" in ast.unparse(n)
+                           for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+    assert wrong == []
 
 
 def test_core_never_imports_a_plugin():
@@ -140,7 +200,7 @@ def test_a_chapter_never_imports_another():
 # ------------------------------------------------------------------------------------------ registries
 def test_every_objective_resolves_and_every_experiment_names_one():
     from leanlm.plugins import OBJECTIVES
-    from leanlm.training.pretrain import PretrainObjective
+    from leanlm.stages.pretrain import PretrainObjective
 
     assert OBJECTIVES.names() == ["causal_lm", "hub", "mlm", "none", "shuffle_random", "translation"]
     for name in OBJECTIVES.names():
@@ -154,7 +214,7 @@ def test_every_objective_resolves_and_every_experiment_names_one():
 def test_every_runner_resolves_and_every_task_has_one():
     from leanlm.data.tasks import INPUT_SHAPES, get_task, task_names
     from leanlm.plugins import TASK_RUNNERS
-    from leanlm.training.finetune import TaskRunner
+    from leanlm.stages.finetune import TaskRunner
 
     assert TASK_RUNNERS.names() == ["analysis", "lm", "lm_eval", "multiple_choice", "pair", "seq2seq", "single",
                                     "span_qa"]
@@ -206,8 +266,8 @@ def _closure(*modules: str) -> set[str]:
 def test_pretraining_fingerprint_holds_its_objective_and_no_runner_or_table():
     from leanlm.plugins import OBJECTIVES
 
-    files = _closure("leanlm.training.pretrain", OBJECTIVES.target("mlm"))
-    assert {"training/pretrain.py", "training/engine.py", "objectives/mlm.py", "modeling/encoder.py"} <= files
+    files = _closure("leanlm.stages.pretrain", OBJECTIVES.target("mlm"))
+    assert {"stages/pretrain.py", "training/engine.py", "objectives/mlm.py", "modeling/encoder.py"} <= files
     assert not {f for f in files if f.startswith(("runners/", "reporting/"))}, files
     assert {f for f in files if f.startswith("objectives/")} == {"objectives/mlm.py"}
 
@@ -216,7 +276,7 @@ def test_finetuning_fingerprint_holds_its_runners_only():
     from leanlm.job_code import finetune_code
     from leanlm.plugins import TASK_RUNNERS
 
-    files = _closure("leanlm.training.finetune", TASK_RUNNERS.target("span_qa"))
+    files = _closure("leanlm.stages.finetune", TASK_RUNNERS.target("span_qa"))
     assert "runners/span_qa.py" in files and "evaluation/squad.py" in files  # a metric module named by string
     assert {f for f in files if f.startswith(("runners/", "objectives/", "reporting/"))} == {"runners/span_qa.py"}
     # the job's runner files, and only those: two text-pair tasks run the pair runner, a single-text task another
@@ -238,8 +298,8 @@ def test_an_edit_to_the_pdf_build_or_the_process_exit_reruns_no_table_or_trainin
     (process_end.py, imported by the CLI) is in no job's fingerprint."""
     from leanlm.plugins import OBJECTIVES, TASK_RUNNERS
 
-    jobs = [_closure("leanlm.training.pretrain", OBJECTIVES.target("mlm")),
-            _closure("leanlm.training.finetune", TASK_RUNNERS.target("span_qa"))]
+    jobs = [_closure("leanlm.stages.pretrain", OBJECTIVES.target("mlm")),
+            _closure("leanlm.stages.finetune", TASK_RUNNERS.target("span_qa"))]
     for name, spec in yaml.safe_load((ROOT / "params" / "tables.yaml").read_text()).items():
         stage = "leanlm.reporting.analytic" if spec["kind"] == "analytic" else "leanlm.reporting.render"
         jobs.append(_closure(stage, spec["renderer"]))

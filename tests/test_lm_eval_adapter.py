@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch import nn
 
 from leanlm.errors import ConfigError, DataError
-from leanlm.evaluation.lm_eval_adapter import LeanLMEvalAdapter, run_lm_eval
+from leanlm.lm_eval.adapter import LeanLMEvalAdapter, run_lm_eval
 from leanlm.evaluation.scoring import rolling_windows
 
 TEXTS = ["the cat sat on the mat .", "a dog ran in the park .", "the sun is hot and the sky is blue .",
@@ -136,7 +136,7 @@ def test_generate_until_is_refused_with_a_reason(tokenizer):
 
 def write_task(directory, name, rows, output_type):
     """A stand-in task as the tasks stage writes it (only those are evaluated: standin_config)."""
-    from leanlm.data.lm_eval_tasks import _write_task
+    from leanlm.lm_eval.standins import _write_task
 
     directory.mkdir(parents=True, exist_ok=True)
     assert _write_task(directory, name, rows, output_type) == directory / f"{name}.yaml"

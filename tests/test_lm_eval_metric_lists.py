@@ -8,9 +8,9 @@ import pytest
 import yaml
 from lm_eval.tasks import TaskManager
 
-from leanlm.data.lm_eval_tasks import THESIS_TASKS, build_lm_eval_tasks
+from leanlm.lm_eval.standins import THESIS_TASKS, build_lm_eval_tasks
 from leanlm.data.tasks import tasks_in_family
-from leanlm.evaluation.lm_eval_configs import metric_names
+from leanlm.lm_eval.configs import metric_names
 from leanlm.errors import ConfigError
 
 from test_lm_eval_tasks import HELD_OUT_REVIEWS, corpus
@@ -59,8 +59,8 @@ def test_the_cached_task_index_is_lm_evals_own(lm_eval_index, tmp_path, monkeypa
     # Every ch. 4 job read lm-eval's index (about 10 s of CPU each); it is kept in the cache once per
     # machine. What the cache gives must be what lm-eval's own index holds, and a later process must
     # read the file instead of building the index again.
-    from leanlm.evaluation import lm_eval_configs
-    from leanlm.evaluation.lm_eval_configs import index_cache_file, task_config, task_yaml
+    from leanlm.lm_eval import configs as lm_eval_configs
+    from leanlm.lm_eval.configs import index_cache_file, task_config, task_yaml
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path))
     lm_eval_configs._task_index.cache_clear()

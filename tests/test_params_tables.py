@@ -63,7 +63,7 @@ def test_hyperparameter_tables_are_the_profiles_values(scratch_root, profile):
 
 
 def test_squad_warmup_is_the_printed_step_count():
-    from leanlm.training.finetune import finetune_train_config
+    from leanlm.stages.finetune import finetune_train_config
 
     config = load_config("params/paper.yaml")
     squad, glue = config["finetune"]["squad"], config["finetune"]["glue"]

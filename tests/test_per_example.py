@@ -9,7 +9,7 @@ from test_lm_eval_adapter import TEXTS, make_model, offline_datasets, tokenizer,
 
 from leanlm.claims.stats import SeedScores
 from leanlm.evaluation import per_example
-from leanlm.evaluation.lm_eval_adapter import run_lm_eval
+from leanlm.lm_eval.adapter import run_lm_eval
 from leanlm.evaluation.metrics import compute_all
 
 

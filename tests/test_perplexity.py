@@ -137,7 +137,7 @@ def _project(root, task: str = "ptb"):
 
 
 def test_runner_reports_test_perplexity(scratch_root):
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.stages.finetune import TASK_RUNNERS
     from leanlm.runners.lm import PerplexityRunner, stream_token_ids
 
     tokenizer, model = _project(scratch_root)
@@ -206,7 +206,7 @@ def test_runner_fine_tunes_on_the_train_split_per_seed(scratch_root):
     from leanlm import paths
     from leanlm.io import write_jsonl
     from leanlm.runners.lm import PerplexityRunner
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.stages.finetune import TASK_RUNNERS
 
     tokenizer, _ = _project(scratch_root)
     tasks = paths.data_dir("smoke") / "tasks" / "ptb"
@@ -249,7 +249,7 @@ def test_paper_profile_fine_tunes_the_lm_tasks_five_times():
 
 def test_train_stream_is_encoded_in_chunks_and_capped(monkeypatch):
     from leanlm.data.tokenizer import train_wordpiece
-    from leanlm.training import lm_finetune
+    from leanlm.stages import lm_finetune
 
     tokenizer = train_wordpiece(lambda: TEXTS * 3, 120, lowercase=True)
     rows = [{"idx": i, "text": TEXTS[i % 3]} for i in range(7)][::-1]  # read back in idx order

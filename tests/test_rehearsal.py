@@ -204,7 +204,7 @@ def test_same_protocols_and_schedule_shapes(profiles):
 
 
 def test_fixtures_need_the_hub_source_and_a_mirror(profiles, tmp_path):
-    from leanlm.data.mirror_fill import fill_mirror
+    from leanlm.data.plumbing.mirror_fill import fill_mirror
     from leanlm.profile_checks import check_combinations
 
     config = {**profiles["rehearsal"], "source": "packaged"}

@@ -90,7 +90,7 @@ def test_terminal_shows_snakemakes_progress_and_the_logs_the_jobs_output(project
     pretrain = logs[f"pretrain/{RUN}.log"].splitlines()
     assert [line.split(":")[1].split("[")[0].strip() for line in pretrain if line.startswith(f"pretrain {RUN}:")] == [
         "0% 0/6", "100% 6/6"]
-    assert "INFO leanlm.training.finetune" in logs[f"finetune/{RUN}/glue.log"]
+    assert "INFO leanlm.stages.finetune" in logs[f"finetune/{RUN}/glue.log"]
     assert "Running stage 'tokenizer@smoke'" in logs["data.log"]
 
 

@@ -170,8 +170,8 @@ def _wordpiece(texts) -> Tokenizer:
 
 def test_pack_streams_fingerprintable_tokenizers_and_leaves_codebooks_to_codebook_streams(cache, tmp_path):
     from leanlm.hashing import HashCodebook, MD5Hasher
-    from leanlm.training.hash_inputs import CodebookTokenizer
-    from leanlm.training.pretrain import _pack
+    from leanlm.hashing.inputs import CodebookTokenizer
+    from leanlm.stages.pretrain import _pack
 
     rng = random.Random(0)
     words = "the river flows past an old mill where stones lie".split()
@@ -195,7 +195,7 @@ def test_mlm_pretraining_through_the_stream(tiny_project, cache, monkeypatch):  
     from leanlm import paths
     from leanlm.config import load_config
     from leanlm.data.tokenizer import load_tokenizer
-    from leanlm.training import pretrain as pretrain_module
+    from leanlm.stages import pretrain as pretrain_module
 
     config = load_config("params/smoke.yaml")
     record = pretrain_module.pretrain(config, "ch2_hashformers-bert_mlm")

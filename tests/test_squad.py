@@ -71,7 +71,7 @@ def test_task_table():
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A scratch project: fake wheels -> raw -> corpus -> tokenizer -> the two SQuAD task sets."""
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     with packaged_project(tmp_path_factory) as (root, _, _):
         config = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
@@ -95,7 +95,7 @@ def _jsonl(path: Path) -> list[dict]:
 def test_cloze_candidates_and_question():
     import random
 
-    from leanlm.data.squad import cloze_candidates, make_cloze
+    from leanlm.data.families.squad import cloze_candidates, make_cloze
 
     sentence = "Rand moved to the United States in 1926 with 12 dollars and a small suitcase."
     spans = {kind: [(sentence[a:b], sentence[s:e], wh) for a, b, s, e, wh in found]
@@ -141,8 +141,8 @@ def test_standin_rows_pass_the_contract_and_answers_sit_at_their_offsets(project
 
 
 def test_standins_hold_evaluation_text_out_of_pretraining_and_v2_has_a_third_unanswerable(project, monkeypatch):
-    from leanlm.data.glue_standins import BuildContext, StandInSources, build_standin
-    from leanlm.data.squad import pretraining_heldout
+    from leanlm.data.families.glue_standins import BuildContext, StandInSources, build_standin
+    from leanlm.data.families.squad import pretraining_heldout
     from leanlm.data.splitting import task_rng
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
@@ -268,7 +268,7 @@ def test_post_processing_picks_the_best_valid_span():
 def test_hub_mapping_on_a_fixture(tmp_path):
     import datasets
 
-    from leanlm.data.squad import squad_task_splits
+    from leanlm.data.families.squad import squad_task_splits
 
     files = {p.stem: str(p) for p in sorted(FIXTURES.glob("*.jsonl"))}
     dataset = datasets.load_dataset("json", data_files=files, cache_dir=str(tmp_path))
@@ -345,7 +345,7 @@ def test_tiny_end_to_end_runner(project, monkeypatch, tokenizer):
     from leanlm.modeling.checkpoint import save_checkpoint
     from leanlm.modeling.config import ModelConfig
     from leanlm.modeling.heads import BertForMLM
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.stages.finetune import TASK_RUNNERS
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))
     config = ModelConfig(vocab_size=tokenizer.get_vocab_size(), n_layers=1, d_model=32, n_heads=2, head_dim=16,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from leanlm import paths
-from leanlm.data.glue_standins import STANDINS, BuildContext, StandInSources
+from leanlm.data.families.glue_standins import STANDINS, BuildContext, StandInSources
 from leanlm.data.splitting import task_rng
 from leanlm.data.task_sets import cap_splits, check_rows
 from leanlm.data.tasks import get_task, tasks_in_family
@@ -105,7 +105,7 @@ CONFIG_OF = {"boolq": "boolq", "cb": "cb", "sg_rte": "rte", "wic": "wic", "multi
 
 @pytest.mark.parametrize("task", SUPERGLUE)
 def test_hub_mapping_gives_the_row_contract(task):
-    from leanlm.data.superglue import superglue_task_splits
+    from leanlm.data.families.superglue import superglue_task_splits
 
     spec = get_task(task)
     assert spec.hub["config"] == CONFIG_OF[task]
@@ -120,7 +120,7 @@ def test_hub_mapping_gives_the_row_contract(task):
 
 
 def test_hub_mapping_composes_each_tasks_text():
-    from leanlm.data.superglue import map_superglue_rows
+    from leanlm.data.families.superglue import map_superglue_rows
 
     def first(task, split="validation"):
         return map_superglue_rows(get_task(task), _rows(CONFIG_OF[task], split))[0][0][1]
@@ -140,7 +140,7 @@ def test_hub_mapping_composes_each_tasks_text():
 
 
 def test_multirc_held_out_by_paragraph():
-    from leanlm.data.superglue import superglue_task_splits
+    from leanlm.data.families.superglue import superglue_task_splits
 
     spec = get_task("multirc")
     train = _rows("multirc", "train")
@@ -156,7 +156,7 @@ def test_multirc_held_out_by_paragraph():
 
 
 def test_hub_mapping_errors_name_the_column_and_the_file():
-    from leanlm.data.superglue import map_superglue_rows
+    from leanlm.data.families.superglue import map_superglue_rows
 
     broken = [{k: v for k, v in row.items() if k != "word"} for row in _rows("wic", "train")]
     with pytest.raises(DataError, match="no column 'word'.*superglue.yaml, key superglue.wic.hub"):
@@ -167,7 +167,7 @@ def test_hub_rows_through_datasets_json_loader(tmp_path):
     # The nested MultiRC idx arrives as a dict from a real datasets.Dataset too.
     import datasets
 
-    from leanlm.data.superglue import superglue_task_splits
+    from leanlm.data.families.superglue import superglue_task_splits
 
     files = {s: str(FIXTURES / "multirc" / f"{s}.jsonl") for s in ("train", "validation")}
     dataset = datasets.load_dataset("json", data_files=files, cache_dir=str(tmp_path))
@@ -216,7 +216,7 @@ def _synthetic_documents(n_docs: int = 120) -> list[tuple[str, list[str]]]:
 
 @pytest.fixture(scope="module")
 def synthetic_sources() -> StandInSources:
-    import leanlm.data.superglue_standins  # noqa: F401  (registers the builders)
+    import leanlm.data.families.superglue_standins  # noqa: F401  (registers the builders)
 
     src = StandInSources(Path("/nonexistent"))
     src.__dict__["prose_documents"] = _synthetic_documents()  # what the cached_property would hold
@@ -273,7 +273,7 @@ def test_standin_rows_are_what_the_yaml_says(synthetic_sources):
 
 
 def test_text_rewrites():
-    from leanlm.data.superglue_standins import pronoun_rewrite, toggle_negation, yes_no_question
+    from leanlm.data.families.superglue_standins import pronoun_rewrite, toggle_negation, yes_no_question
 
     assert yes_no_question("The river froze in 1901.") == "Is it true that the river froze in 1901?"
     assert yes_no_question("Paris is large.") == "Is it true that Paris is large?"
@@ -294,7 +294,7 @@ REAL_RAW = paths.data_dir("smoke") / "raw"
 @pytest.mark.skipif(not (REAL_RAW / "MANIFEST.json").is_file(), reason="the packaged raw files are not fetched here")
 def test_real_packaged_text_gives_enough_rows_and_real_priors():
     # The real prose, where the stand-ins must give enough rows in every split and the real priors.
-    import leanlm.data.superglue_standins  # noqa: F401  (registers the builders)
+    import leanlm.data.families.superglue_standins  # noqa: F401  (registers the builders)
 
     src = StandInSources(REAL_RAW)
     src.__dict__["prose_documents"] = src.prose_documents[::4]  # a quarter of the documents: fast enough
@@ -373,7 +373,7 @@ def test_multiple_choice_model_takes_over_the_pretrained_encoder(scratch_root):
 
 @pytest.mark.parametrize("held_out", [True, False])
 def test_copa_runner_end_to_end(scratch_root, held_out):
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.stages.finetune import TASK_RUNNERS
 
     rng = random.Random(0)
     things = ["kettle", "window", "garden", "letter", "engine", "candle", "bridge", "basket"]
@@ -404,7 +404,7 @@ def test_copa_runner_end_to_end(scratch_root, held_out):
 
 
 def test_multirc_through_the_classification_runner_reports_group_em(scratch_root):
-    from leanlm.training.finetune import TASK_RUNNERS
+    from leanlm.stages.finetune import TASK_RUNNERS
 
     def rows(n, offset):
         out = []

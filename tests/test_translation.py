@@ -66,7 +66,7 @@ msgstr "Sag \"hallo\""
 
 # --------------------------------------------------------------------------------- catalogues
 def test_parse_po_entries():
-    from leanlm.data.translation import parse_po
+    from leanlm.data.families.translation import parse_po
 
     messages = {m.msgid: m for m in parse_po(PO_FIXTURE, "fixture.po")}
     assert messages["Enter a valid email address."].msgstr == "Bitte gültige E-Mail-Adresse eingeben."
@@ -80,7 +80,7 @@ def test_parse_po_entries():
 
 
 def test_plain_pairs_drop_placeholders_markup_and_copies():
-    from leanlm.data.translation import parse_po, plain_pair
+    from leanlm.data.families.translation import parse_po, plain_pair
 
     pairs = [p for p in map(plain_pair, parse_po(PO_FIXTURE)) if p]
     assert pairs == [
@@ -92,15 +92,15 @@ def test_plain_pairs_drop_placeholders_markup_and_copies():
 
 
 def test_malformed_po_names_the_line():
-    from leanlm.data.translation import parse_po
+    from leanlm.data.families.translation import parse_po
 
     with pytest.raises(DataError, match=r"bad\.po, line 2"):
         parse_po('msgid "a"\nthis is not PO\n', "bad.po")
 
 
 def _build_standin(raw_dir):
-    from leanlm.data.glue_standins import BuildContext, StandInSources
-    from leanlm.data.translation import build_wmt14
+    from leanlm.data.families.glue_standins import BuildContext, StandInSources
+    from leanlm.data.families.translation import build_wmt14
 
     return build_wmt14(StandInSources(raw_dir), BuildContext("wmt14", 13, random.Random(0)))
 
@@ -117,7 +117,7 @@ def _check_standin(rows: dict) -> None:
 def test_standin_from_the_fetch_stage(tmp_path, monkeypatch):
     """fetch (fake wheels in the django layout) -> raw catalogues -> rows that pass the row contract."""
     from fake_wheels import pin_fake_wheels, write_fake_wheels
-    from leanlm.data.packaged import fetch_packaged
+    from leanlm.data.sources.packaged import fetch_packaged
 
     monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
     write_fake_wheels(tmp_path / "cache" / "packages")
@@ -138,7 +138,7 @@ def test_standin_needs_the_fetched_catalogues(tmp_path):
 
 def test_standin_from_the_real_django_wheel(tmp_path):
     """Real English-German pairs, when the Django wheel is cached (the fetch stage puts it there)."""
-    from leanlm.data.packaged import PACKAGED_FILES, PACKAGES, find_wheel
+    from leanlm.data.sources.packaged import PACKAGED_FILES, PACKAGES, find_wheel
 
     wheel = find_wheel("django", PACKAGES["django"], REAL_CACHE / "packages")
     if wheel is None:
@@ -169,7 +169,7 @@ def _hub_fixture() -> dict:
 
 
 def test_hub_mapping_on_fixture():
-    from leanlm.data.translation import translation_splits
+    from leanlm.data.families.translation import translation_splits
 
     spec = get_task("wmt14")
     splits, provenance = translation_splits(spec, _hub_fixture())
@@ -182,7 +182,7 @@ def test_hub_mapping_on_fixture():
 
 
 def test_hub_mapping_errors():
-    from leanlm.data.translation import load_wmt14, map_translation_rows, translation_splits
+    from leanlm.data.families.translation import load_wmt14, map_translation_rows, translation_splits
 
     spec = get_task("wmt14")
     with pytest.raises(DataError, match="translation"):
@@ -295,8 +295,8 @@ def _tiny_task(root) -> None:
 
 def test_tiny_train_and_translate(scratch_root):
     from leanlm.runs import Run
-    from leanlm.training.finetune import TASK_RUNNERS
-    from leanlm.training.pretrain import OBJECTIVES
+    from leanlm.stages.finetune import TASK_RUNNERS
+    from leanlm.stages.pretrain import OBJECTIVES
 
     _tiny_task(scratch_root)
     size = dict(n_layers=1, n_decoder_layers=1, d_model=32, n_heads=4, head_dim=8, d_ff=64, max_position=32,

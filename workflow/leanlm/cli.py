@@ -34,7 +34,7 @@ def _params_arg(p: argparse.ArgumentParser) -> None:
 
 def _config(args):
     from leanlm.config import load_config
-    from leanlm.data.mirror import configure_mirror
+    from leanlm.data.plumbing.mirror import configure_mirror
 
     config = load_config(args.params, subset=getattr(args, "subset", None))
     configure_mirror(config)  # data.hub_mirror: where the hub source reads when the hub is out of reach
@@ -45,7 +45,7 @@ def cmd_validate(args) -> None:
     from leanlm.runs import runs
 
     from leanlm import paths
-    from leanlm.data.dvc_profiles import check_dvc_profile
+    from leanlm.data.plumbing.dvc_profiles import check_dvc_profile
 
     from leanlm.reporting.params_tables import check_params_tables
     from leanlm.reporting.tables_file import load_tables
@@ -66,29 +66,41 @@ def cmd_validate(args) -> None:
 
 
 def cmd_data(args) -> None:
-    if args.stage == "register":  # DVC defines the profile's stages from now on (leanlm.data.dvc_profiles)
+    if args.stage == "register":  # DVC defines the profile's stages from now on (leanlm.data.plumbing.dvc_profiles)
         from leanlm import paths
-        from leanlm.data.dvc_profiles import register
+        from leanlm.data.plumbing.dvc_profiles import register
 
         config = _config(args)
         if register(config, paths.project_root() / "dvc.yaml"):
             print(f"leanlm: DVC now defines the data stages of profile {config['profile']!r} (dvc_stages.yaml)")
         return
-    from leanlm.data.stages import run_stage
+    from leanlm.data.plumbing.stages import run_stage
 
     run_stage(args.stage, _config(args))
 
 
 def cmd_pretrain(args) -> None:
-    from leanlm.training.pretrain import pretrain
+    from leanlm.stages.pretrain import pretrain
 
     pretrain(_config(args), args.run, keep_checkpoint=args.keep_checkpoint)
 
 
 def cmd_finetune(args) -> None:
-    from leanlm.training.finetune import finetune
+    from leanlm import paths
+    from leanlm.runs import get_run
+    from leanlm.snakemake_records import remove_recorded_checkpoint
+    from leanlm.stages.finetune import finetune
 
-    finetune(_config(args), args.run, args.family)
+    config = _config(args)
+    run = get_run(config, args.run)
+    if args.family in run.finetune:  # else finetune says what is wrong
+        # The pretraining this job reads is finished and recorded by Snakemake (it starts no fine-tuning before):
+        # its kept training checkpoint goes now rather than at the end of the workflow. Snakemake's records are
+        # the workflow's business, so this is the command's step, not the library's (leanlm.snakemake_records).
+        trained = run.evaluate_from or args.run
+        if remove_recorded_checkpoint(paths.project_root(), config["profile"], trained):
+            logging.getLogger(__name__).info("%s: removed the training checkpoint of the finished pretraining", trained)
+    finetune(config, args.run, args.family)
 
 
 def cmd_aggregate(args) -> None:
@@ -239,7 +251,7 @@ def cmd_gpu_bundle(args) -> None:
 
 
 def cmd_mirror(args) -> None:
-    from leanlm.data.mirror_fill import fill_mirror
+    from leanlm.data.plumbing.mirror_fill import fill_mirror
 
     record = fill_mirror(_config(args), args.out)
     for kind, items in record["items"].items():
@@ -292,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("data", help="one data stage (run by `dvc repro`)")
     # corpora / tokenizers: a profile's named pretraining data (data.corpora, data.tokenizers; paper: SlimPajama,
-    # Pythia's and RoBERTa's BPE), which DVC runs as `python -m leanlm.data.pretrain_data`.
+    # Pythia's and RoBERTa's BPE: leanlm.data.pretrain_data), DVC's stages corpora@ / tokenizers@.
     # register: enter the profile in dvc_stages.yaml, so that DVC defines its stages (the data rules run it first).
     p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks", "corpora", "tokenizers", "register"])
     _params_arg(p)

@@ -161,8 +161,3 @@ def _check_profile_file(config: dict, path: Path) -> None:
         f"(dvc.yaml, e.g. tokenizer@{profile}) prepare data/{profile}/ from that file, so this file's data settings "
         f"would be ignored. To run another profile, save it as params/<name>.yaml with `profile: <name>` and add "
         f"<name> to the `profiles` list in dvc.yaml")
-
-
-def public(config: dict) -> dict:
-    """The config without the loader's private keys (for metrics JSON and Snakemake params)."""
-    return {k: v for k, v in config.items() if not k.startswith("_")}

@@ -15,13 +15,13 @@ from leanlm.provenance import code_of
 
 def pretrain_code(run) -> str:
     """What run ``run``'s pretrain job runs: the pretraining stage and its objective."""
-    return code_of("leanlm.training.pretrain", OBJECTIVES.target(run.objective))
+    return code_of("leanlm.stages.pretrain", OBJECTIVES.target(run.objective))
 
 
 def finetune_code(family: str, tasks) -> str:
     """What a fine-tune job of ``family`` over ``tasks`` runs: the fine-tuning stage and the tasks' runners."""
     runners = sorted({TASK_RUNNERS.target(runner_name(family, task)) for task in tasks})
-    return code_of("leanlm.training.finetune", *runners)
+    return code_of("leanlm.stages.finetune", *runners)
 
 
 def render_code(spec: dict) -> str:

@@ -213,7 +213,7 @@ def check_combinations(config: dict, path: Path) -> None:
 
             model_config = ModelConfig.from_dict({**m, "vocab_size": 1000}, where=f"run {run.run_id}")
             if run.objective != "hub":  # a hub checkpoint brings its own input format
-                from leanlm.training.hash_tokenizers import check_run_tokenizer
+                from leanlm.hashing.tokenizers import check_run_tokenizer
 
                 check_run_tokenizer(run, model_config)  # hash embeddings <-> hash tokenizers
         except ConfigError as err:

@@ -4,7 +4,9 @@
 profile's model size, drops the :func:`absent_runs` (hub-only runs in offline profiles) and resolves the
 named pretraining data it reads; :func:`get_run` finds one by id. :func:`pretrain_settings`,
 :func:`finetune_settings`, :func:`finetune_seeds` and :func:`named_pretrain_data` give the blocks a run
-trains with (its variants laid over the profile's), which the pretrain/finetune/data rules pass as params.
+trains with (its variants laid over the profile's), which the pretrain/finetune/data rules pass as params;
+:func:`reads_fixed_text` whether a run's model needs FixedSeqQK's fixed text; :func:`public` the config
+without the loader's keys.
 
 The config these functions take is one :func:`leanlm.config.load_config` returned: that module loads
 and validates the profile and the matrix (its cross-file checks call :func:`runs`); this one does not
@@ -14,7 +16,7 @@ import it, so the two cannot form an import cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from leanlm.errors import ConfigError
 
@@ -120,7 +122,7 @@ def runs(config: dict) -> list[Run]:
             # FixedSeqQK's text corpus, only for models that read a fixed text (so no other run's identity or
             # params change), and "" where it is the pretraining corpus anyway.
             fixed_text = named.get("fixed_text", "")
-            if fixed_text not in corpora or fixed_text == corpus or not _reads_fixed_text(model):
+            if fixed_text not in corpora or fixed_text == corpus or not reads_fixed_text(model):
                 fixed_text = ""
             out.append(
                 Run(
@@ -145,10 +147,20 @@ def runs(config: dict) -> list[Run]:
     return out
 
 
-def _reads_fixed_text(model: dict) -> bool:
-    from leanlm.training.fixed_sequence import reads_fixed_text  # torch: only once runs are resolved
+def reads_fixed_text(fields: Mapping) -> bool:
+    """Whether a run's model fields (``Run.model``) build a model that needs a fixed text: a Qwen decoder
+    whose simple layers are FixedSeqQK (what :func:`leanlm.training.fixed_sequence.needs_fixed_text` tells
+    of the built model). The model library (torch) is imported only once runs are resolved."""
+    from leanlm.modeling.layouts import SIMPLE, layer_kinds
+    from leanlm.modeling.mixers import MIXERS
 
-    return reads_fixed_text(model)
+    name = fields.get("attention")
+    if fields.get("backbone") != "qwen" or name not in MIXERS or MIXERS.get(name).qk_stream != "text":
+        return False
+    try:
+        return SIMPLE in layer_kinds(fields.get("layout", "uniform"), fields["n_layers"])
+    except ConfigError:  # an unknown layout: config validation reports it with its own message
+        return True
 
 
 def _scale_embedding_size(model: dict, sizes: dict) -> None:
@@ -206,3 +218,8 @@ def get_run(config: dict, run_id: str) -> Run:
             return run
     known = ", ".join(r.run_id for r in runs(config))
     raise ConfigError(f"{config['_params_file']}: no run {run_id!r} in this profile; known: {known}")
+
+
+def public(config: dict) -> dict:
+    """The config without the loader's private keys (for metrics JSON and Snakemake params)."""
+    return {k: v for k, v in config.items() if not k.startswith("_")}

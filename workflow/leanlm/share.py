@@ -22,7 +22,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from leanlm.data.dvc_profiles import dvc_profiles
+from leanlm.data.plumbing.dvc_profiles import dvc_profiles
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import write_json
 from leanlm.snakemake_records import METADATA, decode as _decode, record_path as _record_path

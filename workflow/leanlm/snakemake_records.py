@@ -7,9 +7,11 @@ mark. Both are named by the urlsafe base64 of the output's path relative to the 
 into folders of at most NAME_MAX characters (every part but the last prefixed with ``@``): Snakemake's
 ``FilePersistence._record_path``, which ``tests/test_share.py`` holds this module to.
 
-Used by ``leanlm share`` (it ships the records with the outputs) and by the Snakefile's hooks, which
-delete a finished run's training checkpoint only once Snakemake has recorded the run's outputs
-(:func:`remove_finished_checkpoints`).
+Used by ``leanlm share`` (it ships the records with the outputs), by ``leanlm finetune`` (which deletes
+the training checkpoint of the pretraining it reads: :func:`remove_recorded_checkpoint`) and by the
+Snakefile's hooks, which delete a finished run's training checkpoint only once Snakemake has recorded
+the run's outputs (:func:`remove_finished_checkpoints`). It belongs to the workflow floor: no library
+module (modeling, data, training, evaluation, the stages) imports it (tests/test_layering.py).
 """
 
 from __future__ import annotations

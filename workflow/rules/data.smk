@@ -3,7 +3,7 @@
 # or `dvc checkout` (which resets file times) never re-triggers training, while a changed data
 # setting does.
 
-from leanlm.data.dvc_profiles import check_dvc_profile
+from leanlm.data.plumbing.dvc_profiles import check_dvc_profile
 from leanlm.data.pretrain_data import NAMED_KINDS, STAGE_CODE
 from leanlm.runs import named_pretrain_data
 
@@ -53,7 +53,7 @@ rule data:
     benchmark:
         f"benchmarks/{PROFILE}/data.tsv",
     shell:
-        # register: DVC defines the profile's stages from now on (dvc_stages.yaml, leanlm.data.dvc_profiles)
+        # register: DVC defines the profile's stages from now on (dvc_stages.yaml, leanlm.data.plumbing.dvc_profiles)
         "leanlm data register {P} > {log:q} 2>&1 && "
         "dvc repro --single-item fetch@{PROFILE:q} corpus@{PROFILE:q} tokenizer@{PROFILE:q} tasks@{PROFILE:q} >> {log:q} 2>&1"
 

@@ -1,7 +1,7 @@
 """Throughput of pretraining (``leanlm bench``): batch building and the training step, measured apart.
 
 What is timed is what a run does: the objective's own batch builder (``MLMBatches`` or
-``CausalLMBatches`` of :mod:`leanlm.training.pretrain`) over packed rows of random token ids, and the
+``CausalLMBatches`` of :mod:`leanlm.stages.pretrain`) over packed rows of random token ids, and the
 training engine (:class:`~leanlm.training.engine.Trainer`: autocast, fused AdamW on CUDA, gradient
 clipping, the background prefetcher, ``compile``). Three clocks, each after ``warmup`` untimed steps:
 
@@ -60,7 +60,7 @@ from leanlm.modeling.heads import BertForMLM
 from leanlm.modeling.models import build_model
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.prefetch import count_tokens, pinned
-from leanlm.training.pretrain import CausalLMBatches, MLMBatches
+from leanlm.stages.pretrain import CausalLMBatches, MLMBatches
 
 # Dense (no sparsity) peak FLOP/s by precision, from NVIDIA's data sheets (the "Tensor Core" rows, whose
 # starred values assume 2:4 sparsity and are halved here; FP32 is the non-tensor-core row):

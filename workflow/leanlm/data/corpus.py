@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 from typing import Iterable
 
-from leanlm.data.sources import Document
+from leanlm.data.sources.packaged_raw import Document
 from leanlm.data.splitting import SPLITS, assign_split, unit_interval
 from leanlm.data.text import count_words, dedupe_key
 from leanlm.errors import ConfigError, DataError

@@ -22,7 +22,7 @@ Two DVC stages per profile that names data (dvc.yaml's ``named_data_profiles``),
                           (+ corpora/MANIFEST.json: the settings of every corpus)
     tokenizers@<profile>  data/<profile>/tokenizers/<name>/{tokenizer.json,META.json} (+ tokenizers/MANIFEST.json)
 
-run as ``python -m leanlm.data.pretrain_data {corpora,tokenizers} --params params/<profile>.yaml``.
+run as ``leanlm data {corpora,tokenizers} --params params/<profile>.yaml`` (DVC's cmd).
 
 A corpus is streamed from the hub (``datasets`` streaming: nothing but the documents kept is downloaded)
 and stops after ``max_documents``; rows in the hub's schema (SlimPajama: ``text``,
@@ -33,24 +33,22 @@ splits, deduplication, STATS.json with counts by source). Text is kept verbatim 
 whitespace that clean_text would collapse (code indentation, LaTeX, lists). DIGESTS.json records each
 split's SHA-256 so that pretraining jobs find their cached token stream without hashing tens of GB again
 (:func:`leanlm.training.token_cache.split_digest`). Both loaders fail at once with a clear message when
-the hub cannot be reached (:func:`leanlm.data.hub.ensure_hub_reachable`).
+the hub cannot be reached (:func:`leanlm.data.sources.hub.ensure_hub_reachable`).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from leanlm import paths
-from leanlm.data.sources import Document
-from leanlm.errors import ConfigError, DataError, LeanLMError
+from leanlm.data.sources.packaged_raw import Document
+from leanlm.errors import ConfigError, DataError
 from leanlm.io import sha256_file, staged_dir, write_json
 
 log = logging.getLogger(__name__)
@@ -60,9 +58,9 @@ DIGESTS_FILE = "DIGESTS.json"
 DVC_PROFILES_VAR = "named_data_profiles"  # dvc.yaml's list of the profiles these stages run for
 # The modules each stage runs (DVC deps in dvc.yaml and Snakemake's code version: keep them in step).
 STAGE_CODE = {
-    "corpora": ("data/pretrain_data", "data/hub", "data/corpus", "data/splitting", "data/text", "data/sources",
-                "data/stages"),
-    "tokenizers": ("data/pretrain_data", "data/hub", "data/tokenizer", "data/stages"),
+    "corpora": ("data/pretrain_data", "data/sources/hub", "data/corpus", "data/splitting", "data/text",
+                "data/sources/packaged_raw", "data/plumbing/stages"),
+    "tokenizers": ("data/pretrain_data", "data/sources/hub", "data/tokenizer", "data/plumbing/stages"),
 }
 
 
@@ -165,8 +163,8 @@ def load_streaming_rows(name: str, spec: dict, profile: str):
     """The hub split ``spec`` names as a ``datasets`` IterableDataset (rows in the hub's schema).
 
     Fails at once, naming the dataset, when the hub is unreachable."""
-    from leanlm.data.hub import ensure_hub_reachable
-    from leanlm.data.mirror import mirrored_corpus
+    from leanlm.data.sources.hub import ensure_hub_reachable
+    from leanlm.data.plumbing.mirror import mirrored_corpus
 
     mirrored = mirrored_corpus(spec["dataset"], spec.get("config"), spec["split"], profile)
     if mirrored is not None:
@@ -266,29 +264,3 @@ def check_dvc_stages(config: dict, dvc_file: str | Path = "dvc.yaml") -> None:
                           f"{path}'s vars {DVC_PROFILES_VAR} ({listed}) does not list profile "
                           f"{config['profile']!r}; add it there so that DVC has stages corpora@{config['profile']} and "
                           f"tokenizers@{config['profile']}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m leanlm.data.pretrain_data {corpora,tokenizers} --params params/<profile>.yaml`` (DVC's cmd)."""
-    from leanlm.config import load_config
-
-    parser = argparse.ArgumentParser(prog="python -m leanlm.data.pretrain_data", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=list(_STAGES))
-    parser.add_argument("--params", default=None, metavar="FILE", help="profile (default: params/smoke.yaml)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    from leanlm.data.mirror import configure_mirror
-
-    try:
-        config = load_config(args.params)
-        configure_mirror(config)  # data.hub_mirror: the corpora and tokenizers come from it when set
-        run_named_stage(args.stage, config)
-    except LeanLMError as exc:
-        print(f"leanlm data {args.stage}: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,18 +24,18 @@ HUB_TASK_LOADERS: Registry[HubLoader] = Registry("hub task family loader")
 
 # Modules that register packaged stand-ins and hub loaders for their families.
 TASK_MODULES = (
-    "leanlm.data.glue_standins",
-    "leanlm.data.superglue",
-    "leanlm.data.superglue_standins",
-    "leanlm.data.squad",
-    "leanlm.data.translation",
-    "leanlm.data.lm_tasks",
+    "leanlm.data.families.glue_standins",
+    "leanlm.data.families.superglue",
+    "leanlm.data.families.superglue_standins",
+    "leanlm.data.families.squad",
+    "leanlm.data.families.translation",
+    "leanlm.data.families.lm",
 )
 
 
 @HUB_TASK_LOADERS.register("glue")
 def load_glue_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
-    from leanlm.data.hub import glue_task_splits, load_glue
+    from leanlm.data.sources.hub import glue_task_splits, load_glue
 
     return glue_task_splits(spec, load_glue(spec, profile), seed, heldout_fraction)
 

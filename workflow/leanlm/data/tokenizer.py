@@ -135,8 +135,8 @@ def train_wordpiece(texts: Callable[[], Iterable[str]], vocab_size: int, lowerca
 def hub_tokenizer(name: str, profile: str, key: str = "data.tokenizer.name") -> Tokenizer:
     """The backend (``tokenizers``) tokenizer of hub tokenizer ``name`` (the profile's ``key``), from the
     hub mirror's folder when one is set; fails fast when offline without one."""
-    from leanlm.data.hub import ensure_hub_reachable
-    from leanlm.data.mirror import mirrored_tokenizer
+    from leanlm.data.sources.hub import ensure_hub_reachable
+    from leanlm.data.plumbing.mirror import mirrored_tokenizer
 
     source = mirrored_tokenizer(name, profile)
     if source is None:

@@ -117,7 +117,7 @@ def compute_all(names: Iterable[str], predictions: Sequence, references: Sequenc
 # Metrics of other task shapes live beside their task code and register into METRICS on import.
 METRIC_MODULES = ("leanlm.evaluation.squad", "leanlm.evaluation.superglue_metrics",
                   "leanlm.evaluation.bleu", "leanlm.evaluation.perplexity",
-                  "leanlm.evaluation.lm_eval_metrics")
+                  "leanlm.lm_eval.metrics")
 # The direction of every metric a table or a claim can name, declared here and nowhere else. Lower is
 # better: PRR/PEoP use the inverse formulas, tables bold the minimum, claims turn "better" into "lower",
 # and the value is printed as it is (not x 100). An undeclared metric is an error (:func:`lower_is_better`):

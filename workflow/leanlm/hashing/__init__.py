@@ -1,11 +1,16 @@
-"""Chapter 2's token hashing: the data side of HashFormers, ProFormer and EELBERT.
+"""Chapter 2's token hashing: the data side of HashFormers, ProFormer and EELBERT, and the route a hash
+run's text takes into its model (one wing: the ch. 2 pretraining path stays in this folder, apart from
+the embeddings themselves, :mod:`leanlm.modeling.hash_embeddings`).
 
 - :mod:`~leanlm.hashing.words`: word tokenisation with an unlimited vocabulary (and BPE pieces);
 - :mod:`~leanlm.hashing.md5`: HMAC-MD5 buckets and bits (HashFormers-MD);
 - :mod:`~leanlm.hashing.lsh`: character n-gram LSH buckets and bits (HashFormers-LSH, ProFormer);
 - :mod:`~leanlm.hashing.codebook`: :class:`HashCodebook`, token rows with precomputed hashes,
   whose ``features(ids, names)`` are what the embeddings of
-  :mod:`leanlm.modeling.hash_embeddings` read.
+  :mod:`leanlm.modeling.hash_embeddings` read;
+- :mod:`~leanlm.hashing.tokenizers`: which runs hash their tokens (the codebook tokenizers);
+- :mod:`~leanlm.hashing.inputs`: how a hash run's text becomes model inputs (packing, features);
+- :mod:`~leanlm.hashing.codebook_streams`: the codebook corpora as memory-mapped row-id streams.
 
 Names are imported lazily, so the NumPy-only hashers load without torch (a data-preparation
 process, or a subprocess in the tests, need not pay for it).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leanlm.training.pretrain import CausalLMBatches, PackedTextObjective
+from leanlm.stages.pretrain import CausalLMBatches, PackedTextObjective
 
 
 class CausalLMObjective(PackedTextObjective):

@@ -17,7 +17,7 @@ from leanlm.modeling.checkpoint import CONFIG_NAME, WEIGHTS_NAME
 from leanlm.modeling.counting import total_parameters
 from leanlm.provenance import hardware
 from leanlm.training.hub_checkpoint import hash_embedding_parameters
-from leanlm.training.pretrain import PretrainObjective, record_head
+from leanlm.stages.pretrain import PretrainObjective, record_head
 
 
 class HubCheckpoint(PretrainObjective):
@@ -31,8 +31,8 @@ class HubCheckpoint(PretrainObjective):
         source = run.hub_checkpoint
         load_from = source
         if not Path(source).is_dir():
-            from leanlm.data.hub import ensure_hub_reachable
-            from leanlm.data.mirror import mirrored_model
+            from leanlm.data.sources.hub import ensure_hub_reachable
+            from leanlm.data.plumbing.mirror import mirrored_model
 
             load_from = mirrored_model(source, profile)  # the hub mirror's copy, when one is set
             if load_from is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from leanlm.data.tokenizer import special_token_id
-from leanlm.training.pretrain import MLMBatches, PackedTextObjective, special_token_ids
+from leanlm.stages.pretrain import MLMBatches, PackedTextObjective, special_token_ids
 
 
 class MLMObjective(PackedTextObjective):

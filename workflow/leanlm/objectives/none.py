@@ -18,8 +18,8 @@ from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model
 from leanlm.provenance import hardware
-from leanlm.training.hash_inputs import pretraining_tokenizer, save_inputs
-from leanlm.training.pretrain import PRETRAIN_SEED, PretrainObjective, parameter_counts, record_head
+from leanlm.hashing.inputs import pretraining_tokenizer, save_inputs
+from leanlm.stages.pretrain import PRETRAIN_SEED, PretrainObjective, parameter_counts, record_head
 from leanlm.training.seeding import seed_everything
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """The ``shuffle_random`` pretraining objective (ch. 2): HashFormers and BERT-S+R.
 
 Registered by its file name in :data:`leanlm.plugins.OBJECTIVES`; the shared runner
-(:func:`~leanlm.training.pretrain.pretrain_packed`) packs the corpus with the run's tokenizer (the
+(:func:`~leanlm.stages.pretrain.pretrain_packed`) packs the corpus with the run's tokenizer (the
 profile's subword tokenizer for BERT-S+R, a hash codebook of words or pieces for HashFormers: see
-:mod:`leanlm.training.hash_inputs`, which also adds the hash features to every batch) and trains the
+:mod:`leanlm.hashing.inputs`, which also adds the hash features to every batch) and trains the
 ``shuffle_random`` head. The corruption is :func:`leanlm.training.shuffle_random.shuffle_random`:
 about ``shuffle_prob`` of the non-special tokens of a row permuted among themselves and
 ``random_prob`` replaced by a uniformly drawn non-special token id (a codebook row for HashFormers),
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from leanlm.errors import ConfigError, DataError
-from leanlm.training.pretrain import PackedBatches, PackedTextObjective, special_token_ids
+from leanlm.stages.pretrain import PackedBatches, PackedTextObjective, special_token_ids
 from leanlm.training.shuffle_random import shuffle_random, shuffle_random_as_official_code
 
 CORRUPTIONS = ("thesis", "official_code")

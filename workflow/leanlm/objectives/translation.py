@@ -54,8 +54,8 @@ from leanlm.runs import pretrain_settings
 from leanlm.training import checkpointing
 from leanlm.training.engine import Trainer
 from leanlm.training.epoch_checkpoints import LastEpochCheckpoints, kept_checkpoints
-from leanlm.training.finetune import TaskRunner
-from leanlm.training.pretrain import (PRETRAIN_SEED, PretrainObjective, parameter_counts,
+from leanlm.stages.finetune import TaskRunner
+from leanlm.stages.pretrain import (PRETRAIN_SEED, PretrainObjective, parameter_counts,
                                       pretrain_train_config, record_head, record_path,
                                       write_model_and_record)
 from leanlm.training.seeding import seed_everything

@@ -171,7 +171,7 @@ def main(profile: str, config: dict | None = None) -> Path:
         df.to_csv(tmp, index=False)
     log.info("aggregated %d rows from %d runs into %s", len(df), df["run_id"].nunique(), out)
     # Ch. 4's Rnd. Guess / Majority rows, which the lm_eval runs record: results/<profile>/baselines/.
-    from leanlm.evaluation.lm_eval_baselines import collect_baselines
+    from leanlm.lm_eval.baselines import collect_baselines
 
     collect_baselines(profile)
     return out

@@ -1,9 +1,9 @@
 """The ``analysis`` family runner: what chapter 4's figures and Table 4.4 read from a trained model,
-written to ``results/<profile>/runs/<run_id>/analysis.json`` (by :func:`leanlm.training.finetune.finetune`).
+written to ``results/<profile>/runs/<run_id>/analysis.json`` (by :func:`leanlm.stages.finetune.finetune`).
 
 The held-out text is the lm_eval family's WikiText task (params/tasks/lm_eval.yaml, family analysis): lm-eval's
 ``wikitext`` in the paper profile (on the hub mirror's copy of its data when a mirror is set,
-:mod:`leanlm.data.lm_eval_mirror`), the packaged ``leanlm_wikitext`` stand-in otherwise, its documents
+:mod:`leanlm.lm_eval.mirror`), the packaged ``leanlm_wikitext`` stand-in otherwise, its documents
 read through lm-eval (the first ``limit``) and tokenised as the lm-eval adapter tokenises them, with the
 tokenizer the model was trained with (:func:`leanlm.training.run_tokenizer.evaluation_tokenizer`). The one
 result (``task: attention_analysis``, seed-independent) holds
@@ -29,12 +29,12 @@ import logging
 import re
 import time
 
-from leanlm.data.lm_eval_stage import lm_eval_include
+from leanlm.lm_eval.stage import lm_eval_include
 from leanlm.data.tasks import get_task
 from leanlm.errors import DataError
 from leanlm.evaluation import per_example
 from leanlm.evaluation.indicators import CONTEXT_LENGTHS
-from leanlm.training.finetune import TaskRunner
+from leanlm.stages.finetune import TaskRunner
 from leanlm.runners.lm_eval import check_local_tasks, load_evaluated_model, task_name
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ DEFAULT_INDICATOR_SEQUENCES = 8
 
 def document_texts(task, limit=None) -> list[str]:
     """The texts lm-eval scores for a rolling-perplexity task (its ``doc_to_target``), first ``limit``."""
-    from leanlm.evaluation.lm_eval_baselines import evaluated_docs
+    from leanlm.lm_eval.baselines import evaluated_docs
 
     if task.config.output_type != "loglikelihood_rolling":
         raise DataError(f"the analysis reads a rolling-perplexity task (WikiText); lm-eval task {task.config.task} "
@@ -66,8 +66,8 @@ class AttentionAnalysisRunner(TaskRunner):
     def __call__(self, config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
         from leanlm.evaluation.attention_analysis import attention_profile, token_windows
         from leanlm.evaluation.indicators import context_length_perplexity
-        from leanlm.evaluation.lm_eval_adapter import LeanLMEvalAdapter
-        from leanlm.evaluation.lm_eval_baselines import load_lm_eval_tasks
+        from leanlm.lm_eval.adapter import LeanLMEvalAdapter
+        from leanlm.lm_eval.baselines import load_lm_eval_tasks
         from leanlm.training.run_tokenizer import evaluation_tokenizer
 
         tokenizer = evaluation_tokenizer(config, run_id, tokenizer)  # the one the model was trained with

@@ -6,7 +6,7 @@ lines in ``idx`` order (the reference recipe joins WikiText's lines with ``"\\n\
 the profile's tokenizer without special tokens, in sliding windows
 (:func:`leanlm.evaluation.perplexity.strided_perplexity`). Table 3.2 reports these perplexities "over
 five runs", so (DESIGN §8) with ``fine_tune`` set the pretrained decoder is first fine-tuned on the
-task's train split with that seed (:mod:`leanlm.training.lm_finetune`; Table 3.12's settings) and the
+task's train split with that seed (:mod:`leanlm.stages.lm_finetune`; Table 3.12's settings) and the
 family runs once per seed; without it (zero-shot, an option) the result does not depend on the seed and
 runs once per model (``seeded = False``).
 
@@ -17,7 +17,7 @@ Settings, from the profile's ``finetune.<family>`` block (all optional):
 - ``batch_size``: windows per forward pass (default 8);
 - ``max_tokens``: evaluate only the first this many tokens of the stream (null: all of it; a cap
   keeps the smoke profile fast);
-- ``fine_tune``: the fine-tuning settings (:mod:`leanlm.training.lm_finetune`), or null for zero-shot.
+- ``fine_tune``: the fine-tuning settings (:mod:`leanlm.stages.lm_finetune`), or null for zero-shot.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
 from leanlm.evaluation.perplexity import THESIS_STRIDE, strided_perplexity
 from leanlm.modeling.checkpoint import load_model
-from leanlm.training.finetune import TaskRunner, _load_split
-from leanlm.training.lm_finetune import fine_tune_lm, untruncated
+from leanlm.stages.finetune import TaskRunner, _load_split
+from leanlm.stages.lm_finetune import fine_tune_lm, untruncated
 from leanlm.training.seeding import seed_everything
 
 log = logging.getLogger(__name__)

@@ -3,20 +3,20 @@
 Nothing is trained. For each task of ``finetune.lm_eval.tasks`` (params/tasks/lm_eval.yaml) the run's
 trained causal LM (:func:`load_evaluated_model`: its own, or ``evaluate_from``'s with the simple layers
 left out for Table 4.1's SKIP) is scored by lm-eval with our adapter
-(:func:`leanlm.evaluation.lm_eval_adapter.run_lm_eval`): the paper profile runs lm-eval's own task by
+(:func:`leanlm.lm_eval.adapter.run_lm_eval`): the paper profile runs lm-eval's own task by
 its name (``hub.task``; with a hub mirror set, the same task definition on the mirror's copy of its
-data, :mod:`leanlm.data.lm_eval_mirror`), offline profiles the local-JSON stand-in the tasks stage wrote
-under ``data/<profile>/tasks/lm_eval/`` (:mod:`leanlm.data.lm_eval_stage`). The result does not depend on
+data, :mod:`leanlm.lm_eval.mirror`), offline profiles the local-JSON stand-in the tasks stage wrote
+under ``data/<profile>/tasks/lm_eval/`` (:mod:`leanlm.lm_eval.stage`). The result does not depend on
 the seed, so it runs once (``seeded = False``). The text is encoded with the tokenizer the model was
 trained with (:func:`leanlm.training.run_tokenizer.evaluation_tokenizer`: ch. 4's Pythia BPE where the
 profile names it, saved with the model; else the profile's).
 
 Each per-task result (in ``results/<profile>/runs/<run_id>/lm_eval.json``, written by
-:func:`leanlm.training.finetune.finetune`) holds ``metrics``: the task's metrics as lm-eval names them
+:func:`leanlm.stages.finetune.finetune`) holds ``metrics``: the task's metrics as lm-eval names them
 (``acc``, ``acc_norm``; ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``; LAMBADA's
 ``perplexity`` and ``acc``) plus their ``*_stderr`` where lm-eval computes one; ``lm_eval_task`` (the task
 lm-eval ran), ``thesis_name``, ``examples`` and ``baselines`` (the Rnd. Guess / Majority rows over the
-same documents, :mod:`leanlm.evaluation.lm_eval_baselines`).
+same documents, :mod:`leanlm.lm_eval.baselines`).
 
 Settings (``finetune.lm_eval``): ``batch_size`` (windows per forward pass), ``limit`` (documents per
 task, null = all: the paper profile), ``bootstrap_iters`` (lm-eval's bootstrap for perplexity standard
@@ -35,12 +35,12 @@ import torch
 from torch import nn
 
 from leanlm import paths
-from leanlm.data.lm_eval_stage import include_path, lm_eval_include, lm_eval_task_name
+from leanlm.lm_eval.stage import include_path, lm_eval_include, lm_eval_task_name
 from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError, TrainingError
 from leanlm.evaluation import per_example
 from leanlm.runs import get_run
-from leanlm.training.finetune import TaskRunner
+from leanlm.stages.finetune import TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def load_evaluated_model(config: dict, run_id: str) -> nn.Module:
 
 def task_name(config: dict, task: str) -> str:
     """The lm-eval task that evaluates a task of an lm-eval family under the profile's source (its
-    ``include_path`` for one evaluation: :func:`leanlm.data.lm_eval_stage.lm_eval_include`)."""
+    ``include_path`` for one evaluation: :func:`leanlm.lm_eval.stage.lm_eval_include`)."""
     return lm_eval_task_name(get_task(task), config["source"])
 
 
@@ -189,8 +189,8 @@ def _without_environment_report():
 def _family_scores(config: dict, run_id: str, family: str, tokenizer) -> tuple[dict, dict, float, dict]:
     """lm-eval's scores, the baseline rows and the per-document scores of every task of ``family`` for
     ``run_id``, computed once."""
-    from leanlm.evaluation.lm_eval_adapter import run_lm_eval
-    from leanlm.evaluation.lm_eval_baselines import load_lm_eval_tasks, task_baselines
+    from leanlm.lm_eval.adapter import run_lm_eval
+    from leanlm.lm_eval.baselines import load_lm_eval_tasks, task_baselines
 
     settings = config["finetune"][family]
     names = [task_name(config, task) for task in settings["tasks"]]

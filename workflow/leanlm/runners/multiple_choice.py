@@ -22,7 +22,7 @@ from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
 from leanlm.modeling.checkpoint import load_model
 from leanlm.training.engine import Trainer
-from leanlm.training.finetune import (TaskBatches, TaskRunner, _load_split, finetune_train_config,
+from leanlm.stages.finetune import (TaskBatches, TaskRunner, _load_split, finetune_train_config,
                                       held_out_metrics, task_record)
 from leanlm.training.seeding import seed_everything
 from leanlm.training.text_batches import collate, encode_examples, example_indices

@@ -5,9 +5,10 @@
 - ``schedules``: learning-rate multipliers as pure functions of the step.
 - ``objectives``: BERT's MLM masking and sequence packing (data side of pretraining).
 - ``checkpointing``, ``seeding``, ``distributed``: the pieces the engine is built from.
-- ``pretrain``, ``finetune``: the stages (``leanlm pretrain`` / ``finetune``), which find the run's
-  objective (:mod:`leanlm.objectives`) and the tasks' runners (:mod:`leanlm.runners`) by dotted path and
-  never import them; ``hash_inputs``, ``hub_checkpoint``, ``text_batches``, ...: the inputs they share.
+- ``hub_checkpoint``, ``text_batches``, ``eos_packing``, ...: the inputs the stages share.
+
+The stages that use the engine (``leanlm pretrain`` / ``finetune``) are :mod:`leanlm.stages`; ch. 2's hash
+inputs are :mod:`leanlm.hashing`'s wing. Nothing here imports either.
 """
 
 from leanlm.training.engine import TrainConfig, Trainer

@@ -1,6 +1,6 @@
 """What the pipeline reads of an encoded text, and how a text (pair) is laid out with special tokens.
 
-Shared by the hash codebook tokenizers (:mod:`leanlm.training.hash_inputs`) and CANINE's characters
+Shared by the hash codebook tokenizers (:mod:`leanlm.hashing.inputs`) and CANINE's characters
 (:mod:`leanlm.training.hub_checkpoint`), so neither imports the other.
 """
 

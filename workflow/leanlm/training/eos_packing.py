@@ -6,7 +6,7 @@ Two packings, both built once per (tokenizer, split file, separator) and read ba
   only ``<|endoftext|>``. Documents are joined as ``EOS d1 EOS d2 EOS d3 ...``, the separator GPT-NeoX
   pretrained Pythia with, and the stream is cut into rows of ``seq_len`` tokens. Every document starts right
   after an EOS, which is also the token lm-eval puts before a text it scores (the adapter's
-  ``prefix_token_id``, :mod:`leanlm.evaluation.lm_eval_adapter`), so training and evaluation agree on how a
+  ``prefix_token_id``, :mod:`leanlm.lm_eval.adapter`), so training and evaluation agree on how a
   text begins. :func:`eos_packed_rows`; :func:`pack_with_eos` is its in-memory reference.
 - **[CLS]/[SEP]** (chs. 2-3: BERT-style tokenizers on Wikipedia + BookCorpus, billions of tokens).
   Documents are joined as ``d1 SEP d2 SEP d3 ...`` (one [SEP] between consecutive documents), the stream

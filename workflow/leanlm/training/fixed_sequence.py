@@ -19,13 +19,12 @@ every later evaluation reuses exactly this text.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
 
 import torch
 from torch import nn
 
 from leanlm import paths
-from leanlm.errors import ConfigError, DataError
+from leanlm.errors import DataError
 from leanlm.io import read_jsonl
 
 FIXED_TEXT_SPLIT = "validation.jsonl"
@@ -50,21 +49,6 @@ def fixed_sequence_ids(tokenizer, documents: list[dict], length: int) -> tuple[t
 
 def needs_fixed_text(model: nn.Module) -> bool:
     return getattr(getattr(model, "model", None), "qk_stream", None) == "text"
-
-
-def reads_fixed_text(fields: Mapping) -> bool:
-    """Whether a run's model fields (``Run.model``) build a model that needs a fixed text: a Qwen decoder
-    whose simple layers are FixedSeqQK (what :func:`needs_fixed_text` tells of the built model)."""
-    from leanlm.modeling.layouts import SIMPLE, layer_kinds
-    from leanlm.modeling.mixers import MIXERS
-
-    name = fields.get("attention")
-    if fields.get("backbone") != "qwen" or name not in MIXERS or MIXERS.get(name).qk_stream != "text":
-        return False
-    try:
-        return SIMPLE in layer_kinds(fields.get("layout", "uniform"), fields["n_layers"])
-    except ConfigError:  # an unknown layout: config validation reports it with its own message
-        return True
 
 
 def _shown(path: Path) -> str:

@@ -5,7 +5,7 @@ A run whose experiment names a tokenizer (``pretrain_data.tokenizer``, resolved 
 ``models/<profile>/<run>/tokenizer.json``, so that evaluation scores with exactly the tokenizer the model
 was trained with, whatever has since happened to data/. Evaluation (the ``lm_eval`` and ``analysis``
 families; GLUE fine-tuning of ch. 2's BERTs on RoBERTa's BPE, through
-:func:`leanlm.training.hash_inputs.finetuning_tokenizer`) asks :func:`evaluation_tokenizer`: that copy
+:func:`leanlm.hashing.inputs.finetuning_tokenizer`) asks :func:`evaluation_tokenizer`: that copy
 for such runs (the evaluated model's, for ``evaluate_from`` runs like Table 4.1's skip), the profile's
 tokenizer otherwise. A ch. 2 hash_subword run saves the pieces its codebook hashes
 (:func:`saved_run_tokenizer`). Runs with the profile's tokenizer save nothing, so their model

@@ -11,7 +11,7 @@ Every file format chapter 4 reporting reads is read here, so an upstream change 
     (``leanlm_definition``); :func:`canonical_task` maps all three to the thesis's.
 ``results/<profile>/baselines/lm_eval.json`` (written by aggregation: lm_eval_baselines)
     ``{"tasks": {task: {"random_guess": {metric: value} | null, "majority": {...} | null}}}``, as
-    :func:`leanlm.data.lm_eval_tasks.random_guess_and_majority` returns per task. Without it the
+    :func:`leanlm.lm_eval.standins.random_guess_and_majority` returns per task. Without it the
     rows are computed from the profile's local task files (data/<profile>/tasks/lm_eval/).
 ``results/<profile>/runs/<run_id>/analysis.json`` (family ``analysis``, leanlm.runners.analysis)
     a results JSON whose entry ``results[0]`` holds ``context_length_perplexity``
@@ -132,7 +132,7 @@ def canonical_task(name: str) -> str | None:
         return name
     if name.removeprefix("lm_eval_") in NLU_TASKS + LM_TASKS:  # params/tasks/lm_eval.yaml's names
         return name.removeprefix("lm_eval_")
-    from leanlm.data.lm_eval_tasks import THESIS_TASKS
+    from leanlm.lm_eval.standins import THESIS_TASKS
 
     if name in THESIS_TASKS:
         return THESIS_TASKS[name]
@@ -214,7 +214,7 @@ BASELINE_ROWS = {"random_guess": "Rnd. Guess", "majority": "Majority"}
 
 def _names(task: str) -> list[str]:
     """A profile task's names: its own, its thesis task's and that task's packaged stand-in's."""
-    from leanlm.data.lm_eval_tasks import THESIS_TASKS
+    from leanlm.lm_eval.standins import THESIS_TASKS
 
     thesis = canonical_task(task)
     standin = {v: k for k, v in THESIS_TASKS.items()}.get(thesis)
@@ -245,7 +245,7 @@ def baseline_records(profile: str, config: dict) -> dict[str, dict]:
         except (OSError, json.JSONDecodeError) as exc:
             raise LeanLMError(f"{path}: not readable JSON ({exc}); delete it and rerun the job that wrote it") from None
         return doc.get("tasks", doc)
-    from leanlm.data.lm_eval_tasks import random_guess_and_majority
+    from leanlm.lm_eval.standins import random_guess_and_majority
 
     tokenizer = None
     out = {}

@@ -1,4 +1,4 @@
-"""Readers of the packaged raw files (data/<profile>/raw/, written by :mod:`leanlm.data.packaged`).
+"""Readers of the packaged raw files (data/<profile>/raw/, written by :mod:`leanlm.data.sources.packaged`).
 
 Each reader parses one file format into clean records: corpus documents, scored movie snippets,
 dialogue pairs, TREC questions. Text is cleaned here (:func:`leanlm.data.text.clean_text`), once,
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 from leanlm.data.text import clean_text
-from leanlm.data.wikitext import iter_wiki_articles, strip_wikitext
+from leanlm.data.sources.wikitext import iter_wiki_articles, strip_wikitext
 from leanlm.errors import DataError
 
 

@@ -22,13 +22,13 @@ leanlm_lambada                lambada_openai  passages whose last word occurred 
 
 Every labelled family ``labelled[name]`` becomes ``leanlm_<name>``; only ``sentiment`` has a thesis
 counterpart. Each stand-in declares the ``metric_list`` of lm-eval's own config of its thesis task
-(:mod:`leanlm.evaluation.lm_eval_configs`; ``acc`` for a family without one). The caller passes held-out documents (the corpus's test split) and held-out labelled
+(:mod:`leanlm.lm_eval.configs`; ``acc`` for a family without one). The caller passes held-out documents (the corpus's test split) and held-out labelled
 texts, so no stand-in shares text with pretraining. Multiple-choice rows are ``{"query", "choices",
 "label"}``; the gold position is drawn at random. Files: ``<task>.jsonl`` + ``<task>.yaml`` per task and
 ``MANIFEST.json``, all written atomically. The YAMLs name their data file relative to the task folder
 (just ``<task>.jsonl``), never by an absolute path, so a task folder built on one machine hashes the same
 as one built on another and still works after a DVC pull. lm-eval itself resolves ``data_files`` against
-the working directory (``datasets.load_dataset``), so :func:`leanlm.evaluation.lm_eval_adapter.run_lm_eval`
+the working directory (``datasets.load_dataset``), so :func:`leanlm.lm_eval.adapter.run_lm_eval`
 resolves them against the YAML's folder before handing the config to lm-eval's ``TaskManager``; lm-eval's
 own CLI reads the folder as it is when run from inside it.
 """
@@ -44,11 +44,11 @@ from typing import Callable, Iterable, Sequence
 
 import yaml
 
-from leanlm.data.glue_standins import _delete_span
+from leanlm.data.families.glue_standins import _delete_span
 from leanlm.data.splitting import seeded_sample, task_rng
 from leanlm.data.text import dedupe_key, is_content_word, is_prose_sentence, split_sentences
 from leanlm.errors import ConfigError, DataError
-from leanlm.evaluation.lm_eval_configs import metric_list
+from leanlm.lm_eval.configs import metric_list
 from leanlm.io import load_yaml, read_jsonl, write_json, write_jsonl, write_text
 
 log = logging.getLogger(__name__)

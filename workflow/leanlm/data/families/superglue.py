@@ -3,12 +3,12 @@
 params/tasks/superglue.yaml says which rows each task becomes; the text templates that compose
 them (WiC's "<word>: <sentence2>", MultiRC's "<question> <answer>", COPA's question sentences,
 WSC's "Does <pronoun> refer to <noun>?") live here and are shared with the packaged stand-ins
-(:mod:`leanlm.data.superglue_standins`, listed in :data:`leanlm.data.task_sources.TASK_MODULES`), so both sources
+(:mod:`leanlm.data.families.superglue_standins`, listed in :data:`leanlm.data.task_sources.TASK_MODULES`), so both sources
 give the model the same input format.
 
 Schema mapping (:func:`map_superglue_rows`, :func:`superglue_task_splits`) is kept apart from
 downloading (:func:`load_superglue`), so tests feed local fixtures in the hub's schema. Splits
-follow GLUE's policy (:mod:`leanlm.data.hub`): "validation" = SuperGLUE's dev set, where the
+follow GLUE's policy (:mod:`leanlm.data.sources.hub`): "validation" = SuperGLUE's dev set, where the
 thesis reports; "test" = a held-out slice of train, by a hash of the seed, the task and the unit
 (the row's idx; for MultiRC the paragraph, so a paragraph's questions stay on one side).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
-from leanlm.data import hub
+from leanlm.data.sources import hub
 from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
 from leanlm.errors import DataError

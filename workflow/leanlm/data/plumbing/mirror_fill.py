@@ -1,4 +1,4 @@
-"""``leanlm mirror``: fill the hub mirror (:mod:`leanlm.data.mirror`) on a machine with network.
+"""``leanlm mirror``: fill the hub mirror (:mod:`leanlm.data.plumbing.mirror`) on a machine with network.
 
 Everything the profile's hub source reads is fetched through the same loaders the data stages use
 (with the mirror switched off, so they go to the hub) and written in the hub's own schema:
@@ -7,10 +7,10 @@ Everything the profile's hub source reads is fetched through the same loaders th
   each dataset/config once, all its splits, ``DatasetDict.save_to_disk``;
 - the data of ch. 4's lm-eval tasks (families ``lm_eval`` and ``analysis``): for each lm-eval task
   (``hub.task``), the dataset, config and splits lm-eval's own config of it reads
-  (:func:`leanlm.evaluation.lm_eval_configs.task_dataset`), fetched with the call lm-eval makes
+  (:func:`leanlm.lm_eval.configs.task_dataset`), fetched with the call lm-eval makes
   (``datasets.load_dataset(dataset_path, dataset_name, **dataset_kwargs)``) and saved like the task
   sets, in ``datasets/<dataset_path>/<dataset_name or "default">/`` (one folder when a fine-tuned task
-  reads the same dataset, e.g. SuperGLUE BoolQ); :mod:`leanlm.data.lm_eval_mirror` points lm-eval's
+  reads the same dataset, e.g. SuperGLUE BoolQ); :mod:`leanlm.lm_eval.mirror` points lm-eval's
   tasks at it;
 - the pretraining corpora (Wikipedia + BookCorpus for ``source: hub``, the named ``data.corpora``):
   the streamed split, its first ``max_documents`` rows where the profile caps them;
@@ -27,7 +27,7 @@ import itertools
 import logging
 from pathlib import Path
 
-from leanlm.data import mirror
+from leanlm.data.plumbing import mirror
 from leanlm.errors import ConfigError
 from leanlm.io import write_json
 
@@ -46,8 +46,10 @@ def _save_dataset(target: Path, data) -> None:
 
 
 def _task_items(config: dict, root: Path) -> list[str]:
-    from leanlm.data import hub, lm_tasks, squad
-    from leanlm.data.stages import _task_specs
+    from leanlm.data.sources import hub
+    from leanlm.data.families import lm as lm_tasks
+    from leanlm.data.families import squad
+    from leanlm.data.plumbing.stages import _task_specs
 
     loaders = {"lm": lm_tasks.load_lm_dataset, "squad": squad.load_squad}
     done, items = set(), []
@@ -72,9 +74,9 @@ def _lm_eval_items(config: dict, root: Path) -> list[str]:
     """The datasets lm-eval's own configs of the profile's ch. 4 tasks read, all their splits."""
     import datasets
 
-    from leanlm.data import hub
-    from leanlm.data.stages import _task_specs
-    from leanlm.evaluation.lm_eval_configs import task_dataset
+    from leanlm.data.sources import hub
+    from leanlm.data.plumbing.stages import _task_specs
+    from leanlm.lm_eval.configs import task_dataset
 
     names = dict.fromkeys(spec.hub["task"] for spec in _task_specs(config)
                           if spec.family in LM_EVAL_FAMILIES and spec.hub.get("task"))
@@ -99,7 +101,8 @@ def _lm_eval_items(config: dict, root: Path) -> list[str]:
 def _corpus_items(config: dict, root: Path) -> list[str]:
     import datasets
 
-    from leanlm.data import hub, pretrain_data
+    from leanlm.data import pretrain_data
+    from leanlm.data.sources import hub
 
     corpora = []
     if config["source"] == "hub":
@@ -126,7 +129,7 @@ def _corpus_items(config: dict, root: Path) -> list[str]:
 def _tokenizer_items(config: dict, root: Path) -> list[str]:
     from transformers import AutoTokenizer
 
-    from leanlm.data import hub
+    from leanlm.data.sources import hub
 
     names = []
     if (config["data"].get("tokenizer") or {}).get("kind") == "hub":
@@ -146,7 +149,7 @@ def _tokenizer_items(config: dict, root: Path) -> list[str]:
 def _model_items(config: dict, root: Path) -> list[str]:
     from transformers import AutoModel
 
-    from leanlm.data import hub
+    from leanlm.data.sources import hub
     from leanlm.runs import runs
 
     names = sorted({r.hub_checkpoint for r in runs(config)

@@ -1,5 +1,5 @@
 """Which runs hash their tokens (ch. 2): the codebook tokenizers, and the check that a hash embedding and a
-hash tokenizer come together. Apart from :mod:`leanlm.training.hash_inputs` so that the profile's checks
+hash tokenizer come together. Apart from :mod:`leanlm.hashing.inputs` so that the profile's checks
 (:mod:`leanlm.config`) need only the model library, not the data path.
 """
 

@@ -8,7 +8,7 @@ it: no stand-in text can be in ``corpus/train.jsonl``, whatever the corpus setti
 sources that look like the benchmark are taken (:data:`STANDIN_SOURCES`), whole documents as rows.
 
 The decoders are fine-tuned on an ``lm`` task's train split before its test perplexity (DESIGN §8,
-:mod:`leanlm.training.lm_finetune`), so every split is a real share: the held-out documents are
+:mod:`leanlm.stages.lm_finetune`), so every split is a real share: the held-out documents are
 ranked by a hash of ``data.tasks.seed``, the task and the doc_id; the first :data:`VALIDATION_SHARE`
 (at least one) is validation, the next :data:`TEST_SHARE` (at least one) test, and the rest (at least
 one) train. A small corpus may hold out fewer than three such documents; then the longest is cut at a
@@ -26,8 +26,8 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from leanlm.data.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
-from leanlm.data.hub import PARQUET_REVISION
+from leanlm.data.families.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.sources.hub import PARQUET_REVISION
 from leanlm.data.splitting import unit_interval
 from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
@@ -36,7 +36,7 @@ from leanlm.io import read_jsonl
 
 log = logging.getLogger(__name__)
 
-# Corpus sources each stand-in draws from (leanlm.data.sources.CORPUS_SOURCES names).
+# Corpus sources each stand-in draws from (leanlm.data.sources.packaged_raw.CORPUS_SOURCES names).
 STANDIN_SOURCES = {
     "wikitext103": ("wikipedia", "wiki_paragraphs"),   # Wikipedia articles, as WikiText
     "ptb": ("lee_news", "nyt_editorials"),             # newswire, as the Treebank's WSJ text
@@ -160,8 +160,8 @@ def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
     ``datasets``; the hub's automatic parquet copy (:data:`PARQUET_REVISION`) is tried after the
     main revision fails.
     """
-    from leanlm.data.hub import ensure_hub_reachable
-    from leanlm.data.mirror import mirrored_dataset
+    from leanlm.data.sources.hub import ensure_hub_reachable
+    from leanlm.data.plumbing.mirror import mirrored_dataset
 
     hub = spec.hub
     splits = tuple(hub[s] for s in ("train", "validation", "test"))

@@ -20,7 +20,7 @@ with the shared engine (checkpoints + resume after a kill), and writes
 Both packings ([CLS]/[SEP] for chs. 2-3, end-of-text for ch. 4) read a memory-mapped token stream built
 once per (tokenizer, split) (:mod:`leanlm.training.eos_packing`), so neither Wikipedia + BookCorpus nor
 SlimPajama's ~16B tokens ever sit in memory; ch. 2's hash codebooks stream their rows the same way
-(:mod:`leanlm.training.codebook_streams`).
+(:mod:`leanlm.hashing.codebook_streams`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import time
 import torch
 
 from leanlm import paths
-from leanlm.config import public
 from leanlm.data.pretrain_data import embedding_rows, run_data
 from leanlm.data.tokenizer import eos_token_id, special_token_id
 from leanlm.errors import ConfigError, DataError, LeanLMError, TrainingError
@@ -48,15 +47,15 @@ from leanlm.modeling.models import build_model, loss_only_kwargs
 # The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>.
 from leanlm.plugins import OBJECTIVES
 from leanlm.provenance import hardware
-from leanlm.runs import get_run, pretrain_settings
+from leanlm.runs import get_run, pretrain_settings, public
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.distributed import (barrier, broadcast_object, cleanup_distributed, init_distributed,
                                          rank_zero_first)
 from leanlm.training.engine import TrainConfig, Trainer, local_grad_accum
 from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
 from leanlm.training.fixed_sequence import attach_fixed_sequence
-from leanlm.training.codebook_streams import codebook_corpus
-from leanlm.training.hash_inputs import (pretraining_tokenizer, save_inputs, uses_codebook, with_features,
+from leanlm.hashing.codebook_streams import codebook_corpus
+from leanlm.hashing.inputs import (pretraining_tokenizer, save_inputs, uses_codebook, with_features,
                                          word_embedding_parameters)
 from leanlm.training.objectives import mlm_mask
 from leanlm.training.run_tokenizer import save_run_tokenizer
@@ -181,7 +180,7 @@ def _pack(tokenizer, path, seq_len: int, desc: str):
     cls_id, sep_id = special_token_id(tokenizer, "cls"), special_token_id(tokenizer, "sep")
     if not streamable(tokenizer):  # ch. 2's codebook tokenizers pack through codebook_streams instead
         raise DataError(f"{desc}: {type(tokenizer).__name__} cannot key a cached token stream of {path}; hash "
-                        f"runs pack with leanlm.training.codebook_streams.codebook_corpus")
+                        f"runs pack with leanlm.hashing.codebook_streams.codebook_corpus")
     # `d1 SEP d2 ...` memory-mapped, cached across jobs; [CLS]/[SEP] added per row read
     return sep_packed_rows(tokenizer, path, seq_len, cls_id, sep_id, desc)
 

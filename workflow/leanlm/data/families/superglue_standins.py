@@ -13,7 +13,7 @@ import random
 import re
 from collections import defaultdict
 
-from leanlm.data.glue_standins import (
+from leanlm.data.families.glue_standins import (
     STANDINS,
     BuildContext,
     Rows,
@@ -26,7 +26,7 @@ from leanlm.data.glue_standins import (
     _row,
     build_rte,
 )
-from leanlm.data.superglue import COPA_QUESTIONS, multirc_second_text, wic_second_text, wsc_question
+from leanlm.data.families.superglue import COPA_QUESTIONS, multirc_second_text, wic_second_text, wsc_question
 from leanlm.data.text import STOPWORDS, dedupe_key, is_content_word, is_prose_sentence
 
 BOOLQ_TRUE = 0.62            # BoolQ's share of "true" answers

@@ -6,10 +6,10 @@ reads its tasks itself. Which tasks it reads depends on the profile's source:
 
 - ``hub`` (paper): the task's lm-eval name, ``hub.task`` in the task table (``arc_easy``, ``wikitext``,
   ...); lm-eval downloads its data at evaluation, or, when a hub mirror is set
-  (:mod:`leanlm.data.mirror`), runs the same task definitions on the mirror's copy of the data
-  (:mod:`leanlm.data.lm_eval_mirror`). The tasks stage only writes ``tasks/lm_eval/MANIFEST.json``
+  (:mod:`leanlm.data.plumbing.mirror`), runs the same task definitions on the mirror's copy of the data
+  (:mod:`leanlm.lm_eval.mirror`). The tasks stage only writes ``tasks/lm_eval/MANIFEST.json``
   naming them (and, with a mirror, checks that it holds every split they read).
-- ``packaged``: the local-JSON stand-in of that task (:data:`leanlm.data.lm_eval_tasks.THESIS_TASKS`
+- ``packaged``: the local-JSON stand-in of that task (:data:`leanlm.lm_eval.standins.THESIS_TASKS`
   maps stand-ins to the tasks they stand in for), which the tasks stage writes to
   ``data/<profile>/tasks/lm_eval/`` (one YAML + JSONL per stand-in, and MANIFEST.json). The stand-ins
   are built from held-out text only: the documents of the corpus's test split, and for the BoolQ
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from leanlm import paths
-from leanlm.data.lm_eval_tasks import THESIS_TASKS, build_lm_eval_tasks
+from leanlm.lm_eval.standins import THESIS_TASKS, build_lm_eval_tasks
 from leanlm.data.tasks import TaskSpec
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import read_jsonl, write_json
@@ -52,7 +52,7 @@ def lm_eval_task_name(spec: TaskSpec, source: str) -> str:
         return hub_name
     if hub_name not in STANDIN_OF:
         raise ConfigError(f"task {spec.name!r}: lm-eval task {hub_name!r} has no packaged stand-in; stand-ins exist "
-                          f"for {', '.join(sorted(STANDIN_OF))} (leanlm.data.lm_eval_tasks.THESIS_TASKS)")
+                          f"for {', '.join(sorted(STANDIN_OF))} (leanlm.lm_eval.standins.THESIS_TASKS)")
     return STANDIN_OF[hub_name]
 
 
@@ -65,12 +65,12 @@ def include_path(profile: str, source: str) -> Path | None:
 def lm_eval_include(config: dict, names: list[str]) -> Iterator[Path | None]:
     """The ``include_path`` lm-eval finds the lm-eval tasks ``names`` under, for one evaluation: the
     packaged stand-ins' folder; with the hub source and a mirror set, a temporary folder of tasks that
-    run lm-eval's own definitions on the mirror's data (:func:`leanlm.data.lm_eval_mirror.redirected_tasks`);
+    run lm-eval's own definitions on the mirror's data (:func:`leanlm.lm_eval.mirror.redirected_tasks`);
     else None (lm-eval's own tasks, reading the hub or its cache)."""
     if config["source"] != "hub":
         yield include_path(config["profile"], config["source"])
         return
-    from leanlm.data.lm_eval_mirror import redirected_tasks
+    from leanlm.lm_eval.mirror import redirected_tasks
 
     with redirected_tasks(list(names), config["profile"]) as folder:
         yield folder
@@ -79,7 +79,7 @@ def lm_eval_include(config: dict, names: list[str]) -> Iterator[Path | None]:
 def heldout_labelled(raw_dir: Path, corpus_dir: Path) -> dict[str, list[tuple[str, str]]]:
     """``{"sentiment": [(text, "negative" | "positive"), ...]}``: the movie snippets the corpus put in its
     test split (never pretrained on), labelled by their human scores; neutral ones are left out."""
-    from leanlm.data.sources import read_movie_snippets
+    from leanlm.data.sources.packaged_raw import read_movie_snippets
 
     held_out = {row["doc_id"].split(":", 1)[1] for row in read_jsonl(corpus_dir / f"{HELDOUT_SPLIT}.jsonl")
                 if row["source"] == "movie_snippets"}
@@ -100,7 +100,7 @@ def build_lm_eval_dir(config: dict, tasks_out: Path) -> Path | None:
     out = Path(tasks_out) / LM_EVAL_DIR
     names = {spec.name: lm_eval_task_name(spec, config["source"]) for spec in specs}
     if config["source"] == "hub":
-        from leanlm.data.lm_eval_mirror import check_mirrored
+        from leanlm.lm_eval.mirror import check_mirrored
 
         check_mirrored(sorted(set(names.values())), config["profile"])  # fail here, not after pretraining
         write_json(out / "MANIFEST.json", {"source": "hub", "tasks": names,

@@ -95,7 +95,7 @@ class PackagedFile:
 
 
 # Django's German gettext catalogues (English msgid -> German msgstr, by Django's translators): the
-# translation stand-in (leanlm.data.translation parses them). Each app's catalogue is django.po; the
+# translation stand-in (leanlm.data.families.translation parses them). Each app's catalogue is django.po; the
 # admin also has a JavaScript one. Every file is called django.po, so raw/ names say the app.
 DJANGO_CATALOGUES = {
     "conf/locale": ("django.po",),
@@ -221,7 +221,7 @@ def check_wheel(wheel: Path) -> str:
     pins, actual = wheel_pins(), sha256_file(wheel)
     pinned = pins.get(wheel.name)
     if pinned is None:
-        raise DataError(f"{wheel} has no SHA-256 pinned in leanlm.data.packaged.WHEEL_SHA256: it is not a wheel "
+        raise DataError(f"{wheel} has no SHA-256 pinned in leanlm.data.sources.packaged.WHEEL_SHA256: it is not a wheel "
                         f"PyPI published for the pinned release, so its data cannot be vouched for. Delete it and "
                         f"fetch again; or, to trust it, add \"{wheel.name}\": \"{actual}\" to a JSON file named by "
                         f"{PINS_ENV}")

@@ -5,11 +5,11 @@ PiQA, SciQ and HellaSwag ``acc`` and ``acc_norm``), and the runner fails when a 
 missing from lm-eval's results. So nothing here is typed in: :func:`metric_list` reads a task's
 ``metric_list`` from the YAML that lm-eval itself loads (its offline :class:`lm_eval.tasks.TaskManager`
 index over the task folders installed with it). The packaged stand-ins copy the list of the task they
-stand in for (:mod:`leanlm.data.lm_eval_tasks`), and a test holds params/tasks/lm_eval.yaml to it.
+stand in for (:mod:`leanlm.lm_eval.standins`), and a test holds params/tasks/lm_eval.yaml to it.
 
 The same configs say where each task's documents come from (:func:`task_dataset`: the hub dataset,
 its config and the splits lm-eval reads), which is what ``leanlm mirror`` saves and what
-:mod:`leanlm.data.lm_eval_mirror` points the task at when a hub mirror is set.
+:mod:`leanlm.lm_eval.mirror` points the task at when a hub mirror is set.
 """
 
 from __future__ import annotations

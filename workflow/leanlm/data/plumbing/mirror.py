@@ -18,10 +18,10 @@ profile. Its contents keep the hub's own schemas, so the same mapping code reads
 - ``MIRROR.json``: what was mirrored, from which profile, and the size.
 
 :func:`active_mirror` says where the mirror is (None when none is set); the loaders of
-:mod:`leanlm.data.hub`, :mod:`leanlm.data.squad`, :mod:`leanlm.data.lm_tasks`,
+:mod:`leanlm.data.sources.hub`, :mod:`leanlm.data.families.squad`, :mod:`leanlm.data.families.lm`,
 :mod:`leanlm.data.pretrain_data`, :mod:`leanlm.data.tokenizer` and
 :mod:`leanlm.training.hub_checkpoint` read from it first and never touch
-the network then; lm-eval's own tasks are pointed at it by :mod:`leanlm.data.lm_eval_mirror` (their
+the network then; lm-eval's own tasks are pointed at it by :mod:`leanlm.lm_eval.mirror` (their
 definitions unchanged, only ``dataset_path``/``dataset_kwargs`` redirected to the Arrow files here). A set mirror that lacks an item is an error naming the item and the command that
 fills it; no mirror and no network keep the fail-fast message, which names the mirror setting.
 """

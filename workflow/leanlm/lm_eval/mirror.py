@@ -1,6 +1,6 @@
 """lm-eval's own tasks reading their documents from the hub mirror (compute nodes without network).
 
-With a hub mirror set (:mod:`leanlm.data.mirror`), the ``lm_eval`` and ``analysis`` families still run
+With a hub mirror set (:mod:`leanlm.data.plumbing.mirror`), the ``lm_eval`` and ``analysis`` families still run
 lm-eval's own task definitions: the prompts (``doc_to_text``), options and targets, the ``process_docs``
 functions of the task's ``utils.py``, the filters and the metrics. Only where the documents come from
 changes. For each task, :func:`redirect_config` builds the config lm-eval runs: lm-eval's own YAML of the
@@ -16,7 +16,7 @@ imports the Python a task YAML names, so it reads no folder that data could reac
 its copy of the data in a temporary folder for the length of one evaluation (:func:`redirected_tasks`),
 so nothing piles up in the home cache of a compute node. Use the configs inside the ``with`` block. A
 mirror that lacks a task's dataset or one of the splits lm-eval's config names
-(:func:`leanlm.evaluation.lm_eval_configs.task_dataset`) is a DataError naming the task, the dataset
+(:func:`leanlm.lm_eval.configs.task_dataset`) is a DataError naming the task, the dataset
 and the command that fills the mirror.
 """
 
@@ -27,9 +27,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from leanlm.data import mirror
+from leanlm.data.plumbing import mirror
 from leanlm.errors import DataError
-from leanlm.evaluation.lm_eval_configs import task_dataset, task_yaml
+from leanlm.lm_eval.configs import task_dataset, task_yaml
 
 ARROW_BUILDER = "arrow"  # datasets' packaged builder for Arrow files (what save_to_disk writes)
 

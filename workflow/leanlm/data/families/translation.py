@@ -21,9 +21,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
-from leanlm.data.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
-from leanlm.data import hub
-from leanlm.data.packaged import DJANGO_CATALOGUES, catalogue_raw_name
+from leanlm.data.families.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.sources import hub
+from leanlm.data.sources.packaged import DJANGO_CATALOGUES, catalogue_raw_name
 from leanlm.data.task_sources import HUB_TASK_LOADERS
 from leanlm.data.tasks import TaskSpec
 from leanlm.data.text import clean_text, dedupe_key

@@ -41,10 +41,9 @@ from leanlm.provenance import hardware
 # is class ``Runner`` of leanlm.runners.<name>, imported when a job asks for it.
 from leanlm.plugins import TASK_RUNNERS, runner_name
 from leanlm.runs import finetune_seeds, finetune_settings, get_run
-from leanlm.snakemake_records import remove_recorded_checkpoint
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.training.hash_inputs import feature_hook, finetuning_tokenizer
+from leanlm.hashing.inputs import feature_hook, finetuning_tokenizer
 from leanlm.training.hub_checkpoint import load_finetune_model, load_pretrained_model, model_record
 from leanlm.training.seeding import seed_everything
 from leanlm.training.schedules import warmup_steps_from_ratio
@@ -275,10 +274,6 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
         raise ConfigError(f"run {run_id} is not fine-tuned on {family!r}; its families: {', '.join(run.finetune)}")
     profile = config["profile"]
     started = time.time()
-    # The pretraining this job reads is finished and recorded by Snakemake (it starts no fine-tuning before):
-    # its kept training checkpoint goes now rather than at the end of the workflow (leanlm.snakemake_records).
-    if remove_recorded_checkpoint(paths.project_root(), profile, run.evaluate_from or run_id):
-        log.info("%s: removed the training checkpoint of the finished pretraining", run.evaluate_from or run_id)
     # The profile's tokenizer; ch. 2's hash runs: their pretraining's codebook; CANINE-C: characters.
     tokenizer = finetuning_tokenizer(config, run)
     settings, seeds = finetune_settings(config, run, family), finetune_seeds(config, run, family)

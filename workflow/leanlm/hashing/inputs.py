@@ -42,7 +42,7 @@ from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
 from leanlm.training.encoding import Encoding, assemble
-from leanlm.training.hash_tokenizers import HASH_TOKENIZERS, check_run_tokenizer, uses_codebook
+from leanlm.hashing.tokenizers import HASH_TOKENIZERS, check_run_tokenizer, uses_codebook
 
 CODEBOOK_DIR = "codebook"
 
@@ -191,9 +191,9 @@ def fit_codebook(config: dict, run, train_path: str | Path, pieces=None) -> Hash
 
 def pretraining_tokenizer(config: dict, run):
     """The tokenizer of a run that trains no model on packed text (ProFormer's ``none``) or of one that
-    packs through :func:`leanlm.training.pretrain._pack`: its named one or the profile's
+    packs through :func:`leanlm.stages.pretrain._pack`: its named one or the profile's
     (:func:`subword_tokenizer`), or a fresh :class:`CodebookTokenizer` fitted on the training split
-    (packed hash runs take theirs, with its rows, from :func:`leanlm.training.codebook_streams.codebook_corpus`)."""
+    (packed hash runs take theirs, with its rows, from :func:`leanlm.hashing.codebook_streams.codebook_corpus`)."""
     from leanlm.data.pretrain_data import run_data
 
     if not uses_codebook(run):

@@ -21,7 +21,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from leanlm.data.sources import PROSE_SOURCES, read_dialogues, read_documents, read_movie_snippets, read_trec
+from leanlm.data.sources.packaged_raw import (PROSE_SOURCES, read_dialogues, read_documents, read_movie_snippets,
+                                              read_trec)
 from leanlm.data.splitting import SPLITS, assign_split
 from leanlm.data.text import NEGATIONS, count_words, dedupe_key, is_content_word, is_prose_sentence, split_sentences
 from leanlm.errors import DataError

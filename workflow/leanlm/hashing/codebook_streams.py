@@ -1,6 +1,6 @@
 """Chapter 2's hash-codebook corpora as memory-mapped row-id streams, so no corpus sits in memory.
 
-A hash run (``tokenizer: hash`` or ``hash_subword``, :mod:`leanlm.training.hash_inputs`) feeds its model
+A hash run (``tokenizer: hash`` or ``hash_subword``, :mod:`leanlm.hashing.inputs`) feeds its model
 codebook rows: distinct token -> row (first-seen order, rows 0..4 the special tokens), each row's hash bits
 and buckets computed once. Packing used to hold the whole training split in memory three times over (texts,
 per-document id lists, the packed int64 tensor: ~131 bytes a token, ~500 GB at the paper's 4B tokens). Now
@@ -47,7 +47,7 @@ from leanlm.io import build_once, read_jsonl, write_json, write_jsonl
 from leanlm.modeling.hash_embeddings import codebook_settings
 from leanlm.training import eos_packing
 from leanlm.training.eos_packing import StreamRows, token_stream
-from leanlm.training.hash_inputs import (Encoding, PieceCodebookTokenizer, _model_config, _tokenizer_for,
+from leanlm.hashing.inputs import (Encoding, PieceCodebookTokenizer, _model_config, _tokenizer_for,
                                          check_run_tokenizer, fit_codebook, subword_tokenizer)
 from leanlm.training.token_cache import cache_key, split_digest
 
@@ -62,7 +62,7 @@ def _code_digest() -> str:
     """SHA-256 of the code that decides rows and hashes (the hashing package, the codebook tokenizers and
     this module): a changed hash or tokenisation never serves a stale cache."""
     import leanlm.hashing
-    from leanlm.training import hash_inputs
+    from leanlm.hashing import inputs as hash_inputs
 
     digest = hashlib.sha256()
     for path in sorted(Path(leanlm.hashing.__file__).parent.glob("*.py")) + [Path(hash_inputs.__file__),

@@ -26,7 +26,7 @@ from torch import nn
 from leanlm.errors import DataError
 from leanlm.evaluation.perplexity import strided_perplexity
 from leanlm.training.engine import Trainer
-from leanlm.training.finetune import finetune_train_config
+from leanlm.stages.finetune import finetune_train_config
 from leanlm.training.text_batches import example_indices, micro_batches_per_step
 
 
