@@ -22,7 +22,7 @@ says which variants a config builds, which is also what a job's code fingerprint
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from leanlm.errors import ConfigError
 from leanlm.registry import VariantRegistry
@@ -31,9 +31,15 @@ ATTENTION = VariantRegistry("attention", "leanlm.modeling.attention", "ATTENTION
 MIXERS = VariantRegistry("token mixer (ch. 4 attention variant)", "leanlm.modeling.mixers", "MIXERS")
 EMBEDDINGS = VariantRegistry("word embedding", "leanlm.modeling", "EMBEDDINGS", pattern="*_embeddings.py")
 
-# ModelConfig fields that only some variants read, with the value that means "not set". A variant that reads
-# one lists it in ``options``; a new knob is a field of ModelConfig and an entry here.
-VARIANT_OPTIONS: dict[str, Any] = {"n_kv_heads": 0}
+# ModelConfig fields that only some variants read, with when a config sets one (rather than leaving the
+# backbone's plain form). A variant that reads one lists it in ``options``; a new knob is a field of ModelConfig
+# and an entry here. n_kv_heads equal to n_heads is plain MHA (Qwen's Table 4.10 sizes state it so).
+VARIANT_OPTIONS: dict[str, Callable[[Any], bool]] = {
+    "n_kv_heads": lambda config: config.n_kv_heads not in (0, config.n_heads),
+}
+# The config key that names each registry's variant, and what its variants are called in errors.
+_KEY = {"ATTENTION": ("attention", "ch. 3 attention variant"), "MIXERS": ("attention", "ch. 4 token mixer"),
+        "EMBEDDINGS": ("embedding", "word embedding")}
 
 # Ch. 3's MHA (ModelConfig's default attention) names ch. 4's Standard in a Qwen model.
 _QWEN_DEFAULT = {"mha": "standard"}
@@ -77,12 +83,14 @@ def check_variants(config, where: str = "model config") -> None:
     built = []
     for registry, name in model_variants(config):
         if name not in registry:
-            raise ConfigError(f"{where}: {registry.kind} {name!r} is unknown; known: {', '.join(registry.names())}")
+            key, label = _KEY[registry.decorator]
+            raise ConfigError(f"{where}: {key}={name!r} is not a {label}, which the {config.backbone} backbone "
+                              f"builds; known: {', '.join(registry.names())}")
         built.append((registry, name, registry.get(name)))
     declared = {option for _, _, cls in built for option in cls.options}
-    for key, unset in VARIANT_OPTIONS.items():
+    for key, is_set in VARIANT_OPTIONS.items():
         value = getattr(config, key)
-        if value != unset and key not in declared:
+        if is_set(config) and key not in declared:
             names = " / ".join(f"{registry.kind} {name!r} ({registry.module_of(name)})"
                                for registry, name, _ in built if registry is not EMBEDDINGS)
             raise ConfigError(f"{where}: {names} takes no option {key} (set to {value!r}); remove {key}, or "

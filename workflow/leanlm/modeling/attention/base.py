@@ -180,14 +180,17 @@ class Attention(Variant, nn.Module, abc.ABC):
                 f"dropout={self.dropout}, causal={self.causal}")
 
 
-def build_attention(name: str, max_len=None, **kwargs) -> Attention:
+_UNSET = object()
+
+
+def build_attention(name: str, max_len=_UNSET, **kwargs) -> Attention:
     """Instantiate the attention variant registered as ``name`` from sizes (ConfigError if unknown).
 
     ``max_len`` reaches only the variants that size parameters by it (Linear token mixing), so callers
     need not know which variants care. Backbones build from the config instead (:func:`attention_sublayer`).
     """
     cls = ATTENTION.get(name)
-    if getattr(cls, "needs_max_len", False) and max_len is not None:
+    if getattr(cls, "needs_max_len", False) and max_len is not _UNSET:
         kwargs["max_len"] = max_len
     return cls(**kwargs)
 
