@@ -63,6 +63,8 @@ def test_gqa_is_one_file_and_one_row_and_its_smoke_job_runs(scratch_root):
     _tiny_data(scratch_root)
     run = get_run(load_config(scratch_root / "params" / "smoke.yaml"), "ch3_encoder-gqa")
     assert run.model["attention"] == "gqa" and run.model["n_kv_heads"] == 2
+    checked = _leanlm(scratch_root, "validate", "--params", "params/smoke.yaml")
+    assert checked.returncode == 0, checked.stderr[-3000:]
     done = _leanlm(scratch_root, "pretrain", "--params", "params/smoke.yaml", "--run", "ch3_encoder-gqa")
     assert done.returncode == 0, done.stderr[-3000:]
     weights = scratch_root / "models" / "smoke" / "ch3_encoder-gqa" / "model.safetensors"
