@@ -70,7 +70,9 @@ def distinct_models() -> dict[str, tuple[dict, str]]:
                     "causal_lm")
     for name in ATTENTION.names():
         if not any(attention == name for _, attention in trained):
-            add(f"registry-bert-{name}", {**bert, "attention": name}, "mlm")
+            # a variant's own options (leanlm.modeling.variants): GQA groups the heads in pairs
+            options = {"n_kv_heads": bert["n_heads"] // 2} if "n_kv_heads" in ATTENTION.get(name).options else {}
+            add(f"registry-bert-{name}", {**bert, "attention": name, **options}, "mlm")
     return cases
 
 

@@ -139,8 +139,8 @@ def test_token_mixers_keep_the_inputs_dtype(name, dtype):
 
 
 def test_linear_mixing_needs_max_len():
-    with pytest.raises(ConfigError, match=r"^attention 'linear' needs max_len \(the model's max_position\) to size "
-                                          r"its sequence-mixing matrix; pass max_len=config\.max_position$"):
+    with pytest.raises(ConfigError, match=r"^attention 'linear' needs max_len \(the model's longest input\) to size "
+                                          r"its sequence-mixing matrix; pass max_len=config\.max_tokens$"):
         _build("linear", max_len=None)
 
 

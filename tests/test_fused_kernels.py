@@ -104,7 +104,8 @@ def _assert_same(got, want):
 
 
 CH3_JOINT = {"mha": ("query", "key", "value"), "sha": ("query", "key", "value"), "mqa": ("query", "key", "value"),
-             "mhe_add": ("query", "key", "value"), "mhe_mul": ("query", "key", "value"), "skv": ("query", "key_value")}
+             "mhe_add": ("query", "key", "value"), "mhe_mul": ("query", "key", "value"), "skv": ("query", "key_value"),
+             "gqa": ("query", "key", "value")}
 
 
 @pytest.mark.parametrize("name", sorted(CH3_JOINT))

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.layouts import skip_set
-from leanlm.modeling.mixers import CH4_VARIANTS
+from leanlm.modeling.mixers import CH4_VARIANTS, MIXERS
 from leanlm.modeling.models import build_model
 from leanlm.modeling.qwen import QwenForCausalLM
 from leanlm.modeling.qwen_sizes import TABLE_4_10, qwen_config, table_4_10_rows
@@ -37,7 +37,9 @@ def ids(batch=2, length=12, seed=1):
 @pytest.mark.parametrize("attention", VARIANTS)
 def test_causal_for_every_variant(attention, layout):
     """Changing future tokens never changes earlier logits, in training and inference forms."""
-    model = tiny(attention, layout, n_kv_heads=2)
+    # key/value heads are an option of the attention mixers: a uniform MLP model has none
+    grouped = layout != "uniform" or "n_kv_heads" in MIXERS.get(attention).options
+    model = tiny(attention, layout, n_kv_heads=2 if grouped else 0)
     a = ids()
     b = a.clone()
     b[:, 7:] = (b[:, 7:] + 1) % VOCAB

@@ -6,7 +6,9 @@ Plug-ins are found by dotted path, never imported for their side effects (a miss
 - fine-tuning runners: the folder :mod:`leanlm.runners` (``<name>.py`` holds ``Runner``), chosen by the
   family when it owns one (ch. 4's ``lm_eval``, ``analysis``), else by the task's input shape;
 - tables and figures: params/tables.yaml's ``renderer: "package.module:function"``
-  (:data:`leanlm.reporting.render.TABLES`, ``PARAMS_TABLES``, :data:`leanlm.reporting.analytic.ANALYTIC`).
+  (:data:`leanlm.reporting.render.TABLES`, ``PARAMS_TABLES``, :data:`leanlm.reporting.analytic.ANALYTIC`);
+- model variants (ch. 3 attention, ch. 4 token mixers, word embeddings) are the model library's own folders,
+  read the same lazy way: :mod:`leanlm.modeling.variants`.
 
 :mod:`leanlm.job_code` fingerprints each job's code from these dotted paths. This module imports no plug-in.
 """

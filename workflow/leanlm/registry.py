@@ -1,13 +1,19 @@
 """Name -> class registries, so a variant is chosen by the name the thesis uses.
 
-Adding a variant means writing one class and decorating it with ``@REGISTRY.register("name")`` (the
-model library's own variants, defined where they are registered). Plug-ins outside the core (pretraining
-objectives, fine-tuning runners, chapter tables and figures) register by dotted path instead
-(:class:`DottedRegistry`, :class:`FolderRegistry`): nothing is imported for its side effects.
+Nothing is imported for its side effects: a name maps to a dotted path, resolved when it is asked for.
+Plug-ins outside the core (pretraining objectives, fine-tuning runners, chapter tables and figures) are
+:class:`FolderRegistry` folders (a file is a name) or :class:`DottedRegistry` data (params/tables.yaml).
+The model library's variants (ch. 3 attention, ch. 4 token mixers, word embeddings) are
+:class:`VariantRegistry` folders: a module declares its variants with ``@REGISTRY.register("name")`` on
+top-level classes, read from the source, so listing the names imports no variant and a job imports (and
+its code fingerprint holds) only the variants it builds. :class:`Registry` is the eager form (models).
 """
 
 from __future__ import annotations
 
+import ast
+from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
 from leanlm.errors import ConfigError
@@ -122,3 +128,67 @@ class FolderRegistry(DottedRegistry[T]):
     def _folder_targets(self) -> dict[str, str]:
         return {path.stem: f"{self.package}.{path.stem}:{self.attr}"
                 for path in sorted(self.folder().glob("*.py")) if not path.name.startswith("_")}
+
+
+@lru_cache(maxsize=None)
+def _declared(path: str, mtime_ns: int, decorator: str) -> tuple[tuple[str, str], ...]:
+    """``(name, class)`` of each top-level class of file ``path`` decorated ``@<decorator>.register("name")``."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for deco in node.decorator_list:
+            if (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute) and deco.func.attr == "register"
+                    and isinstance(deco.func.value, ast.Name) and deco.func.value.id == decorator):
+                if len(deco.args) != 1 or not isinstance(deco.args[0], ast.Constant) or not isinstance(
+                        deco.args[0].value, str):
+                    raise ConfigError(f"{path}:{deco.lineno}: {decorator}.register takes the variant's name as "
+                                      f"one string literal (it is read from the source, not run)")
+                found.append((deco.args[0].value, node.name))
+    return tuple(found)
+
+
+class VariantRegistry(DottedRegistry[T]):
+    """A folder of variant modules: each module file (``pattern``; names starting with ``_`` are shared code,
+    not variants) declares its variants with ``@<decorator>.register("name")`` on top-level classes.
+
+    The names are read from the sources (no import), so ``names()`` and ``name in REGISTRY`` load nothing and
+    ``get(name)`` imports that one module. A new variant is one new file in the folder; a name declared twice
+    is an error naming both files. The decorator itself only stamps ``variant_name`` on the class.
+    """
+
+    def __init__(self, kind: str, package: str, decorator: str, pattern: str = "*.py"):
+        self.package, self.decorator, self.pattern = package, decorator, pattern
+        super().__init__(kind, self._declared_targets, within=package)
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def deco(cls: T) -> T:
+            cls.variant_name = name
+            return cls
+
+        return deco
+
+    def folder(self) -> Path:
+        import importlib.util
+
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigError(f"{self.kind}: variant package {self.package} does not exist")
+        return Path(list(spec.submodule_search_locations)[0])
+
+    def _declared_targets(self) -> dict[str, str]:
+        targets: dict[str, str] = {}
+        for path in sorted(self.folder().glob(self.pattern)):
+            if path.name.startswith("_"):
+                continue
+            for name, cls in _declared(str(path), path.stat().st_mtime_ns, self.decorator):
+                target = f"{self.package}.{path.stem}:{cls}"
+                if name in targets:
+                    raise ConfigError(f"{self.kind} {name!r} is declared twice: {targets[name]} and {target}")
+                targets[name] = target
+        return targets
+
+    def module_of(self, name: str) -> str:
+        """The dotted module that defines variant ``name`` (ConfigError if unknown): what a job runs."""
+        return self.target(name).partition(":")[0]

@@ -16,7 +16,7 @@ rule finetune:
         data=DATA_PARAMS,
         run=lambda w: {"evaluate_from": RUNS[w.run_id].evaluate_from, "skip": RUNS[w.run_id].skip_simple_layers},
         # the code this job runs: the fine-tuning stage and the runners of the family's tasks, with all they import
-        code=lambda w: finetune_code(w.family, finetune_settings(CFG, RUNS[w.run_id], w.family)["tasks"]),
+        code=lambda w: finetune_code(w.family, finetune_settings(CFG, RUNS[w.run_id], w.family)["tasks"], RUNS[w.run_id]),
     threads: cluster.threads(CFG, "finetune")
     resources:
         **cluster.job_resources(CFG, "finetune"),

@@ -56,7 +56,8 @@ class ModelConfig:
     embedding_options: dict = dataclasses.field(default_factory=dict)
     # Encoder-decoder ("transformer"): decoder depth; n_layers is the encoder's. 0 elsewhere.
     n_decoder_layers: int = 0
-    # Qwen-style decoders (ch. 4): key/value heads (0 = n_heads, i.e. MHA; fewer = GQA), RMSNorm on
+    # Key/value heads (0 = n_heads, i.e. MHA; fewer = GQA): an option of the variants that declare it (ch. 3's
+    # gqa, ch. 4's projected mixers; leanlm.modeling.variants). Qwen-style decoders (ch. 4): RMSNorm on
     # queries and keys (Qwen3), RoPE base, and the layer layout that says which layers use
     # ``attention`` (the others use "standard"; DESIGN §8, Table 4.11).
     n_kv_heads: int = 0
@@ -75,9 +76,6 @@ class ModelConfig:
 
     def validate(self, where: str = "model config") -> None:
         """Raise ConfigError naming the field and value if the configuration is impossible."""
-        # Imported here: the attention package is heavier and config must stay importable alone.
-        from leanlm.modeling.attention import ATTENTION
-
         if self.backbone not in BACKBONES:
             raise ConfigError(
                 f"{where}: backbone={self.backbone!r} is not supported here; use one of {BACKBONES}"
@@ -92,9 +90,6 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{where}: {name}={value!r} must be a non-negative integer")
-        if self.n_kv_heads and self.n_heads % self.n_kv_heads:
-            raise ConfigError(f"{where}: n_heads={self.n_heads} is not a multiple of "
-                              f"n_kv_heads={self.n_kv_heads} (grouped-query attention)")
         if not isinstance(self.embedding_options, dict):
             raise ConfigError(f"{where}: embedding_options must be a mapping, got "
                               f"{type(self.embedding_options).__name__}")
@@ -122,6 +117,11 @@ class ModelConfig:
             raise ConfigError(
                 f"{where}: attention={self.attention!r} is unknown; known: {', '.join(sorted(known))}"
             )
+        # Each variant the model builds takes the options it declares (n_kv_heads: GQA) and checks them;
+        # imported here: the variants are heavier and config must stay importable alone.
+        from leanlm.modeling.variants import check_variants
+
+        check_variants(self, where)
 
     @property
     def kv_heads(self) -> int:
@@ -180,14 +180,9 @@ class ModelConfig:
 
 def known_attention_names() -> set[str]:
     """Every attention name a config may use: ch. 3's registry plus ch. 4's, where installed."""
-    from leanlm.modeling.attention import ATTENTION
+    from leanlm.modeling.variants import ATTENTION, MIXERS
 
-    names = set(ATTENTION.names())
-    try:  # ch. 4's mixers register themselves on import
-        from leanlm.modeling.mixers import MIXERS
-    except ImportError:
-        return names
-    return names | set(MIXERS.names())
+    return set(ATTENTION.names()) | set(MIXERS.names())  # read from the folders' sources: no variant imported
 
 
 # Sizes for benchmarks and tests. `base` is BERT-base (§3.4.3), `large` BERT-large; `tiny` matches

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from leanlm.errors import ConfigError
-from leanlm.modeling.attention import build_attention
+from leanlm.modeling.attention import attention_sublayer
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.encoder import init_bert_weights
 from leanlm.modeling.lm_loss import shift_left, vocab_cross_entropy
@@ -41,13 +41,6 @@ from leanlm.modeling.recompute import BlockStack
 from leanlm.modeling.vocab import real_logits, vocab_table
 
 
-def build_causal_attention(config: ModelConfig) -> nn.Module:
-    """The block's attention sublayer: ``config.attention`` with a causal mask."""
-    # max_len reaches only the token mixers that size a sequence matrix by it (Linear).
-    return build_attention(config.attention, max_len=config.max_position, d_model=config.d_model,
-                           n_heads=config.n_heads, head_dim=config.head_dim,
-                           dropout=config.attention_dropout, causal=True, bias=True)
-
 
 class GPT2Block(nn.Module):
     """One pre-LN decoder block (GPT-2's ``ln_1 -> attn -> + -> ln_2 -> mlp -> +``)."""
@@ -55,7 +48,7 @@ class GPT2Block(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.attention = build_causal_attention(config)
+        self.attention = attention_sublayer(config, causal=True)
         self.mlp_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.intermediate = nn.Linear(config.d_model, config.d_ff)
         self.output = nn.Linear(config.d_ff, config.d_model)

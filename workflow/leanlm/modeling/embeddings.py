@@ -20,9 +20,8 @@ import torch
 from torch import nn
 
 from leanlm.modeling.config import ModelConfig
+# The registry loads the module of config.embedding alone (modeling/*_embeddings.py, leanlm.modeling.variants).
 from leanlm.modeling.hash_embeddings import build_word_embedding
-# ProFormer, BERT-Hash and EELBERT build on HashEmbedding; their module registers them in EMBEDDINGS.
-from leanlm.modeling import projection_embeddings  # noqa: F401
 from leanlm.modeling.seq2seq import sinusoidal_positions
 
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from leanlm.modeling.attention import Attention, build_attention
+from leanlm.modeling.attention import Attention, attention_sublayer
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.embeddings import BertEmbeddings
 from leanlm.modeling.padding import padding_mask
@@ -45,10 +45,7 @@ class BertLayer(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.attention = build_attention(
-            config.attention, max_len=config.max_tokens, d_model=config.d_model, n_heads=config.n_heads,
-            head_dim=config.head_dim, dropout=config.attention_dropout, causal=False, bias=True,
-        )
+        self.attention = attention_sublayer(config, causal=False)
         self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.intermediate = nn.Linear(config.d_model, config.d_ff)
         self.output = nn.Linear(config.d_ff, config.d_model)

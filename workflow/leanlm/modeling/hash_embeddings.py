@@ -35,7 +35,7 @@ Add and Proj; with it the counts are exactly the thesis's 99.1K / 197.4K / 797.2
 no such row (a plain 50,265-row word table); ours gives Emb the vector too, so Emb (1K) has Pool's 1,038
 rows. A special token gets its own row and no hash part; the official Add also adds to every special
 token the same offset (its bit-0 vectors summed), see docs/design-notes.md. ProFormer, BERT-Hash and EELBERT
-live in :mod:`leanlm.modeling.projection_embeddings` (loaded with :mod:`leanlm.modeling.embeddings`).
+live in :mod:`leanlm.modeling.projection_embeddings` (loaded by the registry when a config names one).
 
 ``embedding_parameter_count()`` on each variant is Appendix 2.8's #Emb: the parameters that retrieve
 or generate token embeddings, special tokens and positions excluded.
@@ -54,9 +54,8 @@ from torch import nn
 from leanlm.errors import ConfigError, DataError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.vocab import padding_parameters, vocab_table
-from leanlm.registry import Registry
-
-EMBEDDINGS: Registry[type[nn.Module]] = Registry("word embedding")
+# The registry is the files modeling/*_embeddings.py (this one and projection_embeddings), read lazily.
+from leanlm.modeling.variants import EMBEDDINGS, Variant
 
 # Named sizes of HashFormer-Emb (Table 2.2's "Emb (50K)" and "Emb (1K)").
 EMB_BUCKETS = {"50K": 50_260, "1K": 1_037}
@@ -124,8 +123,19 @@ def batch_feature(features: Mapping[str, torch.Tensor], name: str, embedding: st
         ) from None
 
 
+class EmbeddingVariant(Variant):
+    """The registry contract of a word embedding: its settings are ``config.embedding_options`` over
+    ``defaults``; a key it does not have is an error when the config is validated, before any job."""
+
+    defaults: dict[str, Any] = {}
+
+    @classmethod
+    def check_config(cls, config: ModelConfig, where: str = "model config") -> None:
+        read_options(config, cls.defaults)
+
+
 @EMBEDDINGS.register("standard")
-class StandardEmbedding(nn.Embedding):
+class StandardEmbedding(EmbeddingVariant, nn.Embedding):
     """BERT's word embedding: one row per vocabulary entry, padded to ``config.vocab_rows`` for the
     tensor cores (an nn.Embedding, so checkpoints and weight tying see the table they always saw; the
     Hugging Face export writes the real rows only)."""
@@ -133,7 +143,7 @@ class StandardEmbedding(nn.Embedding):
     features: tuple[str, ...] = ()
 
     def __init__(self, config: ModelConfig):
-        read_options(config, {})
+        read_options(config, self.defaults)
         # config.vocab_rows: padded for the tensor cores, as the MLM head tied to it (leanlm.modeling.vocab)
         super().__init__(config.vocab_rows, config.d_model, padding_idx=config.pad_token_id)
         vocab_table(self, config.vocab_size)
@@ -145,7 +155,7 @@ class StandardEmbedding(nn.Embedding):
         return self.weight.numel() - padding_parameters(self)  # Eq. 2.9: |V| x d, padded rows left out
 
 
-class HashEmbedding(nn.Module, abc.ABC):
+class HashEmbedding(EmbeddingVariant, nn.Module, abc.ABC):
     """Skeleton of the hash embeddings: special-token rows, the shared regular-token vector, and a
     variant's ``embed_hashed(*features)`` for every other token."""
 

@@ -31,6 +31,7 @@ from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_embeddings import (
     EMBEDDINGS,
+    EmbeddingVariant,
     HashEmbedding,
     _bits,
     positive_int,
@@ -83,15 +84,16 @@ class ProFormerEmbedding(HashEmbedding):
 
 
 @EMBEDDINGS.register("bert_hash")
-class BertHashEmbedding(nn.Module):
+class BertHashEmbedding(EmbeddingVariant, nn.Module):
     """NeuML BERT-Hash: each vocabulary token has a ``projections``-dim vector ("like a hash"),
     re-encoded to the hidden size by one matrix without bias."""
 
     features: tuple[str, ...] = ()
+    defaults = {"projections": 5}
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        options = read_options(config, {"projections": 5})
+        options = read_options(config, self.defaults)
         self.n_projections = positive_int(options, "projections", config)
         self.tokens = nn.Embedding(config.vocab_size, self.n_projections, padding_idx=config.pad_token_id)
         self.projection = nn.Linear(self.n_projections, config.d_model, bias=False)

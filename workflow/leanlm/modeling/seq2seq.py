@@ -26,14 +26,13 @@ position). ``use_cache=False`` recomputes the whole prefix every step instead (s
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from leanlm.errors import ConfigError
-from leanlm.modeling.attention import ATTENTION, Attention
+from leanlm.modeling.attention import Attention, attention_sublayer
 from leanlm.modeling.config import ModelConfig
 # IGNORE_INDEX: the label of positions without a target; the translation objective imports it from here.
 from leanlm.modeling.lm_loss import IGNORE_INDEX, vocab_cross_entropy  # noqa: F401
@@ -57,24 +56,6 @@ def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
     table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
     return table
 
-
-def attention_sublayer(config: ModelConfig, causal: bool, cross: bool) -> Attention:
-    """One attention sublayer of ``config.attention``; ConfigError if the variant lacks the form asked for.
-
-    Token mixers (FNet, Linear) have no cross-attention form, so no encoder-decoder can use them; this
-    is checked here, when the model is built, rather than at the first forward pass.
-    """
-    cls = ATTENTION.get(config.attention)
-    if cross and not getattr(cls, "supports_cross", True):
-        raise ConfigError(
-            f"attention {config.attention!r} has no cross-attention form, which the encoder-decoder's "
-            f"decoder needs (it attends to the source); use a softmax variant such as 'mha' or 'mhe_mul'"
-        )
-    kwargs: dict[str, Any] = dict(d_model=config.d_model, n_heads=config.n_heads, head_dim=config.head_dim,
-                                  dropout=config.attention_dropout, causal=causal, bias=True)
-    if getattr(cls, "needs_max_len", False):
-        kwargs["max_len"] = config.max_position
-    return cls(**kwargs)  # variants raise ConfigError themselves for what they cannot do (e.g. causal FNet)
 
 
 class FeedForward(nn.Module):

@@ -135,7 +135,7 @@ def _case_model(backbone: str, attention: str, sizes: dict[str, int], kv_heads: 
             model.set_fixed_sequence(torch.arange(config.max_position) % config.vocab_size)
         return model
     config = ModelConfig(backbone=backbone, attention=attention, dropout=0.0, attention_dropout=0.0,
-                         type_vocab_size=2 if backbone == "bert" else 0, **sizes)
+                         type_vocab_size=2 if backbone == "bert" else 0, n_kv_heads=kv_heads, **sizes)
     return build_model(config, "mlm" if backbone == "bert" else "causal_lm")
 
 
@@ -161,12 +161,14 @@ def sdpa_cases(tiny: bool) -> list[dict[str, Any]]:
                            max_position=2048), 2048
     cases = []
     for name in ATTENTION.names():
+        # a variant's own options (leanlm.modeling.variants): GQA groups the heads in pairs
+        kv = {"kv_heads": enc["n_heads"] // 2} if "n_kv_heads" in ATTENTION.get(name).options else {}
         cases.append({"case": f"bert/{name}", "backbone": "bert", "attention": name, "sizes": enc,
-                      "length": enc["max_position"], "padding": False})
+                      "length": enc["max_position"], "padding": False, **kv})
         cases.append({"case": f"bert/{name}/padding_mask", "backbone": "bert", "attention": name, "sizes": enc,
-                      "length": enc["max_position"], "padding": True})
+                      "length": enc["max_position"], "padding": True, **kv})
         cases.append({"case": f"gpt2/{name}", "backbone": "gpt2", "attention": name, "sizes": enc,
-                      "length": enc["max_position"], "padding": False})
+                      "length": enc["max_position"], "padding": False, **kv})
     for name in MIXERS.names():
         cases.append({"case": f"qwen/{name}", "backbone": "qwen", "attention": name, "sizes": dec,
                       "length": length, "padding": False})

@@ -9,6 +9,10 @@ head; SHA: one shared head; MHE: one shared head modified by per-head embeddings
 (:meth:`qkv_parameter_formula` and the LaTeX strings). Token mixers that are not softmax attention
 (FNet, Linear) override :meth:`Attention.forward` and keep the same signature.
 
+The registry contract (:class:`leanlm.modeling.variants.Variant`, shared with ch. 4's mixers): a backbone
+hands the model config to :func:`attention_sublayer`, and the variant takes what it declares
+(:meth:`Attention.config_kwargs`: the shared sizes plus its ``options``, e.g. GQA's ``n_kv_heads``).
+
 Heads are laid out ``(batch, heads, length, head_dim)``. A projection may return a single head
 (``heads == 1``) for some of Q, K, V: it is broadcast over the other tensors' heads without a copy.
 """
@@ -22,13 +26,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from leanlm.errors import ConfigError
+from leanlm.modeling.grouping import grouped_attention
 from leanlm.modeling.joint_linear import joint_linear
-from leanlm.registry import Registry
+# The registry is this folder's modules, each loaded when a model names one of its variants (leanlm.modeling.variants).
+from leanlm.modeling.variants import ATTENTION, Variant
 
-ATTENTION: Registry[type["Attention"]] = Registry("attention")
 
-
-class Attention(nn.Module, abc.ABC):
+class Attention(Variant, nn.Module, abc.ABC):
     """Base class of the attention registry's variants.
 
     Args:
@@ -62,6 +67,14 @@ class Attention(nn.Module, abc.ABC):
         self.bias = bool(bias)
         # n head slots of d_h each are pooled by one projection back to d_m (W^O).
         self.output = nn.Linear(self.n_heads * self.head_dim, self.d_model, bias=self.bias)
+
+    # ----------------------------------------------------------------- the registry contract
+    @classmethod
+    def config_kwargs(cls, config) -> dict:
+        """The constructor's arguments a model config gives this variant: the shared sizes, and each of
+        its ``options`` (ModelConfig fields) by name. Token mixers add the longest input (``max_len``)."""
+        return dict(d_model=config.d_model, n_heads=config.n_heads, head_dim=config.head_dim,
+                    dropout=config.attention_dropout, **{option: getattr(config, option) for option in cls.options})
 
     # ----------------------------------------------------------------- what a variant defines
     @staticmethod
@@ -125,13 +138,12 @@ class Attention(nn.Module, abc.ABC):
                attention_mask: torch.Tensor | None) -> torch.Tensor:
         """Scaled dot-product attention (eq. 3.3) over all heads at once."""
         n = max(q.size(1), k.size(1), v.size(1))
-        # A single shared head (SHA's, MQA's K/V) is broadcast as a stride-0 view, not copied.
-        q, k, v = (t if t.size(1) == n else t.expand(-1, n, -1, -1) for t in (q, k, v))
+        # A single shared head (SHA's, MQA's K/V) is broadcast as a stride-0 view, not copied; key/value
+        # heads between 1 and n (GQA's groups) are broadcast by SDPA itself (leanlm.modeling.grouping).
+        q, k, v = (t if t.size(1) != 1 else t.expand(-1, n, -1, -1) for t in (q, k, v))
         mask, is_causal = self.attention_bias(attention_mask, q.size(-2), k.size(-2), q)
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal,
-        )
+        return grouped_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                                 is_causal=is_causal)
 
     def attention_bias(self, attention_mask: torch.Tensor | None, q_len: int, kv_len: int,
                        like: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
@@ -172,12 +184,29 @@ _UNSET = object()
 
 
 def build_attention(name: str, max_len=_UNSET, **kwargs) -> Attention:
-    """Instantiate the attention variant registered as ``name`` (ConfigError if unknown).
+    """Instantiate the attention variant registered as ``name`` from sizes (ConfigError if unknown).
 
-    ``max_len`` (the model's longest input) reaches only the variants that size parameters by it
-    (Linear token mixing); backbones pass it always, so they need not know which variants care.
+    ``max_len`` reaches only the variants that size parameters by it (Linear token mixing), so callers
+    need not know which variants care. Backbones build from the config instead (:func:`attention_sublayer`).
     """
     cls = ATTENTION.get(name)
     if getattr(cls, "needs_max_len", False) and max_len is not _UNSET:
         kwargs["max_len"] = max_len
     return cls(**kwargs)
+
+
+def attention_sublayer(config, causal: bool, cross: bool = False) -> Attention:
+    """The attention sublayer ``config.attention`` of a ch. 3 backbone's block (BERT: self, GPT-2: causal self,
+    the encoder-decoder: all three kinds), built from the config: the variant takes what it declares.
+
+    ConfigError if the variant lacks the form asked for: token mixers (FNet, Linear) have no
+    cross-attention form, checked here when the model is built rather than at the first forward pass;
+    variants raise it themselves for what else they cannot do (e.g. causal FNet).
+    """
+    cls = ATTENTION.get(config.attention)
+    if cross and not getattr(cls, "supports_cross", True):
+        raise ConfigError(
+            f"attention {config.attention!r} has no cross-attention form, which the encoder-decoder's "
+            f"decoder needs (it attends to the source); use a softmax variant such as 'mha' or 'mhe_mul'"
+        )
+    return cls(**cls.config_kwargs(config), causal=causal, bias=True)

@@ -31,7 +31,6 @@ class FNetMixing(TokenMixing):
     complexity = r"$\mathcal{O}(1)$"
     params_latex = r"$0$"
     params_extra_latex = r"$-3d^2n$"
-    registry_name = "fnet"
     supports_causal = False
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int, dropout: float = 0.0,

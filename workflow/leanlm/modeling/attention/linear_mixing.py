@@ -8,7 +8,7 @@ convention ("the last projection ... is excluded") leaves W_seq: ``max_len``^2 w
 depends on the sequence length, not on n or d (``qkv_parameter_formula`` takes ``max_len`` as an
 optional third argument, defaulting to 512).
 
-W_seq is sized by ``max_len`` (builders pass ``max_len=config.max_position``); a sequence of
+W_seq is sized by ``max_len`` (from a model config: its longest input, ``config.max_tokens``); a sequence of
 L <= max_len tokens uses its top-left L x L block, which is exactly mixing the sequence zero-padded
 to max_len and keeping the first L outputs (the paper always pads to the maximum length).
 W_seq is initialised N(0, std) like the model's linear weights (the paper's code uses 0.02).
@@ -33,14 +33,13 @@ class LinearMixing(TokenMixing):
     complexity = r"$\mathcal{O}(1)$"
     params_latex = r"$L^2$"
     params_extra_latex = r"$L^2 - 3d^2n$"
-    registry_name = "linear"
     supports_causal = True
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int, dropout: float = 0.0,
                  causal: bool = False, bias: bool = True, max_len: int = DEFAULT_MAX_LEN):
         if max_len is None:
-            raise ConfigError("attention 'linear' needs max_len (the model's max_position) to size "
-                              "its sequence-mixing matrix; pass max_len=config.max_position")
+            raise ConfigError("attention 'linear' needs max_len (the model's longest input) to size "
+                              "its sequence-mixing matrix; pass max_len=config.max_tokens")
         super().__init__(d_model, n_heads, head_dim, dropout, causal, bias, max_len)
         self.sequence_mixing = nn.Parameter(torch.empty(self.max_len, self.max_len))
         self.init_extra_parameters(0.02)

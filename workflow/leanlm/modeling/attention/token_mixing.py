@@ -7,9 +7,9 @@ encoder builds them by name like any attention variant, with two differences tha
 respect:
 
 - They mix a sequence of fixed maximum length ``max_len`` (the paper's inputs are always padded to
-  512 tokens). Builders pass ``max_len=config.max_position`` to every class whose
-  ``needs_max_len`` is true (``getattr(cls, "needs_max_len", False)``); it defaults to
-  :data:`DEFAULT_MAX_LEN`, BERT-base's 512 (§3.4.3).
+  512 tokens): built from a model config (:func:`~leanlm.modeling.attention.base.attention_sublayer`) it is
+  the model's longest input, ``config.max_tokens``; :func:`build_attention` passes ``max_len`` to every
+  class whose ``needs_max_len`` is true; it defaults to :data:`DEFAULT_MAX_LEN`, BERT-base's 512 (§3.4.3).
 - They have no cross form (the output would not depend on the queries at all) and FNet has no
   causal form: ``supports_cross`` / ``supports_causal`` say so, and asking for them raises
   ConfigError (causal at construction, cross when ``kv`` is passed).
@@ -34,7 +34,6 @@ DEFAULT_MAX_LEN = 512
 class TokenMixing(Attention):
     """Base of the parameter-light token mixers; a subclass defines :meth:`mix`."""
 
-    registry_name: ClassVar[str] = ""  # the ATTENTION name, for error messages
     needs_max_len: ClassVar[bool] = True
     supports_causal: ClassVar[bool] = False
     supports_cross: ClassVar[bool] = False
@@ -54,9 +53,14 @@ class TokenMixing(Attention):
                               f"(the model's max_position)")
         self.max_len = None if max_len is None else int(max_len)
 
+    @classmethod
+    def config_kwargs(cls, config) -> dict:
+        # the model's longest input: max_position less the position offset (RoBERTa's 2; 0 for the decoders)
+        return {**super().config_kwargs(config), "max_len": config.max_tokens}
+
     @property
     def mixer_name(self) -> str:
-        return self.registry_name or type(self).__name__
+        return self.variant_name or type(self).__name__
 
     @abc.abstractmethod
     def mix(self, x: torch.Tensor) -> torch.Tensor:

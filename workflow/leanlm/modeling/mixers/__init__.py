@@ -13,26 +13,16 @@ name                      thesis                        relaxes
 ``static_emb_qk``         StaticEmbQK (4.13)            current Q/K
 ========================  ===========================  =======================================
 
-Importing this package registers every mixer in :data:`MIXERS` (ModelConfig accepts these names).
+The folder is the registry (:data:`MIXERS`, leanlm.modeling.variants): a module declares its mixers with
+``@MIXERS.register("name")``, read from the source, and is imported only when a model builds one of them
+(ModelConfig accepts these names). A new mixer is one new file here; shared code (base.py, taylor.py)
+declares none. The Qwen block's own feed-forward :class:`GatedMLP` lives in base.py.
 """
 
-from leanlm.modeling.mixers.base import MIXERS, Mixer, MixerContext, RMSNorm, build_mixer
-from leanlm.modeling.mixers.fixed_qk import (
-    FixedSeqQKAttention,
-    RndEmbQKAttention,
-    StaticEmbQKAttention,
-)
-from leanlm.modeling.mixers.linear import ApproximateAttention, ApproximatePerTermAttention
-from leanlm.modeling.mixers.mlp import GatedMLP, MLPMixer
-from leanlm.modeling.mixers.non_approximate import NonApproximateAttention
-from leanlm.modeling.mixers.standard import StandardAttention
+from leanlm.modeling.mixers.base import MIXERS, GatedMLP, Mixer, MixerContext, RMSNorm, build_mixer
 
 # The thesis's row order in Tables 4.1 and 4.5-4.8.
 CH4_VARIANTS = ["standard", "mlp", "approximate", "non_approximate", "rnd_emb_qk", "fixed_seq_qk",
                 "static_emb_qk"]
 
-__all__ = [
-    "MIXERS", "Mixer", "MixerContext", "RMSNorm", "build_mixer", "CH4_VARIANTS", "GatedMLP",
-    "StandardAttention", "MLPMixer", "ApproximateAttention", "ApproximatePerTermAttention",
-    "NonApproximateAttention", "RndEmbQKAttention", "FixedSeqQKAttention", "StaticEmbQKAttention",
-]
+__all__ = ["MIXERS", "Mixer", "MixerContext", "RMSNorm", "build_mixer", "CH4_VARIANTS", "GatedMLP"]

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from leanlm.modeling.grouping import check_kv_heads, repeat_kv  # noqa: F401  (repeat_kv: the mixers' import)
 from leanlm.modeling.joint_linear import joint_linear
-from leanlm.registry import Registry
-
-MIXERS: Registry[type["Mixer"]] = Registry("token mixer (ch. 4 attention variant)")
+# The registry is this folder's modules, each loaded when a model names one of its mixers (leanlm.modeling.variants).
+from leanlm.modeling.variants import MIXERS, Variant  # noqa: F401
 
 
 @dataclass
@@ -164,17 +164,22 @@ def explicit_softmax_attention(q: torch.Tensor, k: torch.Tensor, bias: torch.Ten
     return masked.softmax(-1).to(q.dtype), logits
 
 
-def repeat_kv(t: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(B, kv, L, d_h) -> (B, n_heads, L, d_h): each key/value head serves n_heads/kv query heads
-    (GQA), for the paths that are not SDPA (which broadcasts groups itself)."""
-    kv = t.size(1)
-    if kv == n_heads:
-        return t
-    return t.repeat_interleave(n_heads // kv, dim=1)
+class GatedMLP(nn.Module):
+    """down(SiLU(gate(x)) * up(x)), no biases (Qwen's MLP; the thesis's FC_Gt, FC_Up, FC_Dn)."""
+
+    def __init__(self, d_model: int, width: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, width, bias=False)
+        self.up_proj = nn.Linear(d_model, width, bias=False)
+        self.down_proj = nn.Linear(width, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class Mixer(nn.Module, abc.ABC):
-    """Base of the registry's token mixers: ``forward(h, ctx) -> (B, L, d_m)``.
+class Mixer(Variant, nn.Module, abc.ABC):
+    """Base of the registry's token mixers: ``forward(h, ctx) -> (B, L, d_m)``, built as ``cls(config, layer_idx)``
+    (:func:`build_mixer`); the registry contract (``options``, ``check_config``) is :class:`leanlm.modeling.variants.Variant`'s.
 
     Decoding: ``prefill(h, ctx) -> (out, state)`` processes a prompt and returns what inference
     keeps; ``step(h_t, state, ctx) -> (y_t, state)`` processes one more token (h_t: (B, d_m)).
@@ -249,9 +254,16 @@ class ProjectedMixer(Mixer):
     """Mixers built from Q, K, V and output projections (every variant but MLP).
 
     Qwen2.5: Q/K/V with bias, W^O without; K/V have ``kv_heads`` heads (GQA when fewer than
-    ``n_heads``). With ``qk_norm`` (Qwen3) Q and K get a per-head RMSNorm and the projections no
-    bias, as in Qwen3. Every projected variant has exactly these parameters, so their counts match.
+    ``n_heads``: option ``n_kv_heads``, leanlm.modeling.grouping). With ``qk_norm`` (Qwen3) Q and K get a
+    per-head RMSNorm and the projections no bias, as in Qwen3. Every projected variant has exactly these
+    parameters, so their counts match.
     """
+
+    options = ("n_kv_heads",)
+
+    @classmethod
+    def check_config(cls, config: Any, where: str = "model config") -> None:
+        check_kv_heads(f"token mixer {cls.variant_name!r}", config.n_heads, config.n_kv_heads, where)
 
     def __init__(self, config: Any, layer_idx: int = 0):
         super().__init__(config, layer_idx)

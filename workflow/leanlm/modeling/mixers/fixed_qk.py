@@ -18,8 +18,8 @@ padding (how this project pads) that changes nothing for real tokens.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from leanlm.modeling.grouping import grouped_attention
 from leanlm.modeling.mixers.base import (
     MIXERS,
     MixerContext,
@@ -38,8 +38,7 @@ def shared_map_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     computed once (2 L^2 d FLOPs) and only A V is per row."""
     rows, kv, length, dh = v.shape
     folded = v.permute(1, 2, 0, 3).reshape(1, kv, length, rows * dh)
-    out = F.scaled_dot_product_attention(q, k, folded, is_causal=causal, dropout_p=dropout_p,
-                                         enable_gqa=q.size(1) != kv)
+    out = grouped_attention(q, k, folded, is_causal=causal, dropout_p=dropout_p)
     n, q_len = q.size(1), q.size(2)
     return out.view(n, q_len, rows, dh).permute(2, 0, 1, 3)
 

@@ -4,36 +4,21 @@ O = FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)). Its width w is chosen so that its 3*d*w we
 standard attention block's parameters (Q/K/V/O weights, Q/K/V biases, Q/K norms where present) as
 closely as an integer width allows (DESIGN §8): w = round(P_attention / (3 d)).
 
-:class:`GatedMLP` is also the Qwen block's own feed-forward (SwiGLU), with width ``d_ff``.
+:class:`GatedMLP` (mixers/base.py) is also the Qwen block's own feed-forward (SwiGLU), with width ``d_ff``.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from leanlm.modeling.mixers.base import MIXERS, Mixer, MixerContext
-
-
-class GatedMLP(nn.Module):
-    """down(SiLU(gate(x)) * up(x)), no biases (Qwen's MLP; the thesis's FC_Gt, FC_Up, FC_Dn)."""
-
-    def __init__(self, d_model: int, width: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(d_model, width, bias=False)
-        self.up_proj = nn.Linear(d_model, width, bias=False)
-        self.down_proj = nn.Linear(width, d_model, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+from leanlm.modeling.mixers.base import MIXERS, GatedMLP, Mixer, MixerContext
+# The width matches Standard's parameters: an MLP model's code includes the Standard mixer's.
+from leanlm.modeling.mixers.standard import StandardAttention
 
 
 def matched_mlp_width(config) -> int:
     """The MLP variant's width: 3*d*w closest to the standard attention block's parameter count,
     counted from an instance built on the meta device (no memory)."""
-    from leanlm.modeling.mixers.standard import StandardAttention
-
     with torch.device("meta"):
         reference = StandardAttention(config)
     params = sum(p.numel() for p in reference.parameters())

@@ -1,14 +1,15 @@
 """Standard: Qwen2.5's causal softmax attention (eqs. 4.1-4.3), the baseline of ch. 4.
 
 Q, K, V = H W^{Q,K,V} (with bias), RoPE on Q and K, optional per-head RMSNorm on Q and K (Qwen3),
-grouped-query attention when ``n_kv_heads`` < ``n_heads``, and F.scaled_dot_product_attention.
+grouped-query attention when ``n_kv_heads`` < ``n_heads`` (leanlm.modeling.grouping, shared with ch. 3's
+``gqa``), and F.scaled_dot_product_attention.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from leanlm.modeling.grouping import grouped_attention
 from leanlm.modeling.joint_linear import joins
 from leanlm.modeling.mixers.base import (
     MIXERS,
@@ -56,9 +57,7 @@ class StandardAttention(ProjectedMixer):
         if ctx.capture is not None:
             probs, logits = explicit_softmax_attention(q, repeat_kv(k, self.n_heads), bias)
             ctx.record(probs, logits)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=is_causal,
-                                             dropout_p=self.attn_dropout,
-                                             enable_gqa=self.kv_heads != self.n_heads)
+        out = grouped_attention(q, k, v, attn_mask=bias, is_causal=is_causal, dropout_p=self.attn_dropout)
         return self.merge(out)
 
     # ---------------------------------------------------------------- decoding: the KV cache
@@ -72,7 +71,7 @@ class StandardAttention(ProjectedMixer):
         k = torch.cat([state["k"], k], dim=2)
         v = torch.cat([state["v"], v], dim=2)
         # One query attends to every cached key: no mask needed.
-        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.kv_heads != self.n_heads)
+        out = grouped_attention(q, k, v)
         return self.merge(out)[:, 0], {"k": k, "v": v, "pos": state["pos"] + 1}
 
     # ---------------------------------------------------------------- Tables 4.5-4.8
