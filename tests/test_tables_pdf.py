@@ -49,6 +49,82 @@ def test_document_lists_tables_sorted_and_figures_with_captions(root):
     assert "thesis Figure 3.1" in source and r"\usepackage{booktabs}" in source
 
 
+# ------------------------------------------------------------------ the thesis's order and numbering (issue 26)
+THESIS = Path("/work/shared/seeds/thesis_efficient_transformers.txt")
+SMOKE_OUTPUTS = (["table_2_1", "table_2_2", "table_2_2_parameters", "table_2_3", "table_2_side_by_side", "table_3_1",
+                  "table_3_10", "table_3_2", "table_4_1", "table_4_10", "table_4_9", "gpt3_projection", "claims"],
+                 ["figure_3_1", "figure_4_1", "figure_4_5"])
+
+
+@pytest.mark.skipif(not THESIS.is_file(), reason="the thesis text (project seed) is not on this machine")
+def test_the_order_is_the_thesis_own_caption_order():
+    import re
+
+    from leanlm.reporting.thesis_order import THESIS_ORDER
+
+    seen = []
+    for line in THESIS.read_text(encoding="utf-8").splitlines():
+        found = re.match(r"^(Table|Figure) ([2-4])\.(\d+):", line)
+        name = found and f"{found.group(1).lower()}_{found.group(2)}_{found.group(3)}"
+        if name and name not in seen:
+            seen.append(name)
+    assert tuple(seen) == THESIS_ORDER
+
+
+def test_outputs_follow_the_thesis_with_its_numbers_and_extras_lettered_at_their_chapter_end():
+    from leanlm.reporting.thesis_order import place
+
+    renderers = {"gpt3_projection": "leanlm.reporting.ch3.analytic:gpt3_projection"}
+    placed = place([t for t in SMOKE_OUTPUTS[0] if t != "claims"], SMOKE_OUTPUTS[1], renderers)
+    assert [(p.name, p.number) for p in placed] == [
+        ("table_2_1", "2.1"), ("table_2_2", "2.2"), ("table_2_3", "2.3"),
+        ("table_2_2_parameters", "2.A"), ("table_2_side_by_side", "2.B"),
+        ("figure_3_1", "3.1"), ("table_3_1", "3.1"), ("table_3_2", "3.2"), ("table_3_10", "3.10"),
+        ("gpt3_projection", "3.A"),
+        ("table_4_1", "4.1"), ("figure_4_1", "4.1"), ("table_4_9", "4.9"), ("figure_4_5", "4.5"),
+        ("table_4_10", "4.10")]
+    assert place(["summary_x"], [])[0].number == "A" and place(["summary_x"], [])[0].chapter == 0
+
+
+def test_the_document_numbers_each_output_as_the_thesis_and_marks_every_caption_with_the_scale():
+    config = {"profile": "smoke", "source": "packaged", "models": {"bert": {
+        "n_layers": 2, "d_model": 64, "n_heads": 2, "head_dim": 32}}}
+    claims = {"counts": [("supported", 1), ("untestable", 2)],
+              "rows": [{"id": "ch2_a", "verdict": "supported"}, {"id": "ch4_b", "verdict": "untestable"}]}
+    source = tables_pdf.document_source("smoke", *SMOKE_OUTPUTS, scale=tables_pdf.scale_summary(config),
+                                        claims=claims)
+    order = [source.index(s) for s in (r"\input{claims}", r"\input{table_2_1}", r"\input{table_2_side_by_side}",
+                                       "{figure_3_1.pdf}", r"\input{table_3_2}", r"\input{table_3_10}",
+                                       r"\input{table_4_9}", "{figure_4_5.pdf}", r"\input{table_4_10}")]
+    assert order == sorted(order)
+    assert "\\renewcommand{\\thetable}{3.10}\n\\input{table_3_10}" in source
+    assert "\\renewcommand{\\thefigure}{4.5}" in source and r"\tableofcontents" in source
+    assert r"\tablename~\thetable\ (smoke profile, below the thesis's scale)" in source
+    assert "1 supported, 2 untestable." in source and r"ch4\_b & untestable" in source
+    assert "not comparable in magnitude to the thesis" in source  # the title page's note per backbone
+
+
+@needs_pdflatex
+def test_the_compiled_lists_carry_the_thesis_numbers_in_order(root, tmp_path):
+    out = root / "paper_tables" / "smoke"
+    for name in ("table_3_10", "table_3_2", "table_2_side_by_side", "claims"):
+        (out / f"{name}.tex").write_text(TABLE.replace("A small table", f"Output {name}".replace("_", "-")))
+    pd.DataFrame({"claim": ["ch2_a", "ch2_a"], "claim_verdict": ["untestable"] * 2}).to_csv(out / "claims.csv")
+    work = tmp_path / "latex"
+    work.mkdir()
+    for path in list(out.glob("*.tex")) + [out / "figure_3_1.pdf"]:
+        shutil.copyfile(path, work / path.name)
+    tables = sorted(p.stem for p in out.glob("*.tex"))
+    claims = tables_pdf.claims_summary(out / "claims.csv")
+    (work / "doc.tex").write_text(tables_pdf.document_source("smoke", tables, ["figure_3_1"], claims=claims))
+    tables_pdf._compile(work, "doc.tex", 120)
+    lot = (work / "doc.lot").read_text()
+    numbers = [line.split("numberline {")[1].split("}")[0] for line in lot.splitlines() if "numberline" in line]
+    assert numbers == ["C", "2.A", "3.2", "3.10", "A", "B"]  # claims, ch. 2's extra, ch. 3; table_a/b: no chapter
+    assert "numberline {3.1}" in (work / "doc.lof").read_text()
+    assert claims == {"counts": [("untestable", 1)], "rows": [{"id": "ch2_a", "verdict": "untestable"}]}
+
+
 def test_without_pdflatex_build_pdf_returns_none_with_a_warning(root, monkeypatch, caplog):
     monkeypatch.setattr(tables_pdf.shutil, "which", lambda name: None)
     with caplog.at_level(logging.WARNING):
@@ -104,9 +180,9 @@ def test_build_pdf_compiles_only_the_given_parts(root, monkeypatch):
     seen = {}
     original = tables_pdf.document_source
 
-    def recording(profile, tables, figures):
+    def recording(profile, tables, figures, **kw):
         seen.update(tables=tables, figures=figures)
-        return original(profile, tables, figures)
+        return original(profile, tables, figures, **kw)
 
     monkeypatch.setattr(tables_pdf, "document_source", recording)
     out = tables_pdf.build_pdf("smoke", parts=["paper_tables/smoke/table_a.tex"])

@@ -127,7 +127,8 @@ def cmd_analytic(args) -> None:
 def cmd_pdf(args) -> None:
     from leanlm.reporting.tables_pdf import build_pdf
 
-    out = build_pdf(_config(args)["profile"], parts=args.parts or None)
+    config = _config(args)
+    out = build_pdf(config["profile"], parts=args.parts or None, config=config)
     print(out if out else "pdflatex not found: tables.pdf not built (the .tex files are there)")
 
 

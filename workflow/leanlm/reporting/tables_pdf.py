@@ -21,20 +21,58 @@ from leanlm.errors import LeanLMError
 from leanlm.io import atomic_path, scratch_dir, write_text
 from leanlm.reporting.figures import FIGURE_CAPTIONS
 from leanlm.reporting.latex import render_template
+from leanlm.reporting.thesis_order import CHAPTER_TITLES, place
 
 log = logging.getLogger(__name__)
 
 DOCUMENT_TEMPLATE = "document.tex.j2"
+CLAIMS_TABLE = "claims"  # claims.tex (leanlm.claims.report): set before the chapters, not numbered as the thesis's
+VERDICT_ORDER = ("supported", "contradicted", "inconclusive", "untestable", "not run")
 
 
-def document_source(profile: str, tables: list[str], figures: list[str]) -> str:
-    """The LaTeX source of tables.pdf: every table \\input, every figure included (names without suffix)."""
-    return render_template(
-        DOCUMENT_TEMPLATE,
-        profile=profile,
-        tables=tables,
-        figures=[{"name": f, "caption": FIGURE_CAPTIONS.get(f, f.replace("_", " ").capitalize())} for f in figures],
-    )
+def document_source(profile: str, tables: list[str], figures: list[str], *, scale: dict | None = None,
+                    claims: dict | None = None, renderers: dict[str, str] | None = None) -> str:
+    """The LaTeX source of tables.pdf: a title page (the profile, its scale, the claims' verdicts), the
+    contents, the claims table, then each chapter's tables and figures in the thesis's order and numbering
+    (leanlm.reporting.thesis_order), every caption marked with the profile. ``tables`` and ``figures`` are
+    file stems; ``scale`` is :func:`scale_summary`'s, ``claims`` :func:`claims_summary`'s."""
+    scale = scale or {"short": f"{profile} profile", "notes": []}
+    chapters: dict[int, dict] = {}
+    for item in place([t for t in tables if t != CLAIMS_TABLE], figures, renderers):
+        chapter = chapters.setdefault(item.chapter, {
+            "number": item.chapter, "items": [],
+            "title": (f"Chapter {item.chapter}: {CHAPTER_TITLES[item.chapter]}" if item.chapter in CHAPTER_TITLES
+                      else f"Chapter {item.chapter}" if item.chapter else "Other outputs")})
+        caption = FIGURE_CAPTIONS.get(item.name, item.name.replace("_", " ").capitalize())
+        chapter["items"].append({"name": item.name, "kind": item.kind, "number": item.number,
+                                 "in_thesis": item.in_thesis, "caption": caption})
+    return render_template(DOCUMENT_TEMPLATE, profile=profile, scale=scale, claims=claims,
+                           claims_table=CLAIMS_TABLE in tables, chapters=list(chapters.values()))
+
+
+def scale_summary(config: dict) -> dict:
+    """What scale a profile's numbers come from: ``short`` for every caption, ``notes`` (one per backbone the
+    profile trains) for the title page."""
+    from leanlm.reporting.render import scale_note
+
+    notes = [f"{backbone}: {scale_note(config, backbone)}" for backbone in sorted(config.get("models", {}))]
+    below = any("not comparable" in note for note in notes)
+    short = f"{config['profile']} profile" + (", below the thesis's scale" if below else "")
+    return {"short": short, "notes": notes}
+
+
+def claims_summary(path: Path) -> dict | None:
+    """The claims' verdicts from claims.csv (leanlm.claims.report) for the title page, None without one:
+    ``counts`` (verdict -> claims, in a fixed order) and ``rows`` (claim id, verdict)."""
+    if not path.is_file():
+        return None
+    import pandas as pd
+
+    frame = pd.read_csv(path, usecols=["claim", "claim_verdict"]).drop_duplicates("claim")
+    rows = [{"id": c, "verdict": v} for c, v in zip(frame["claim"], frame["claim_verdict"])]
+    seen = [v for v in VERDICT_ORDER if any(r["verdict"] == v for r in rows)]
+    seen += sorted({r["verdict"] for r in rows} - set(seen))
+    return {"counts": [(v, sum(r["verdict"] == v for r in rows)) for v in seen], "rows": rows}
 
 
 def _latex_errors(log_text: str, context: int = 3) -> str:
@@ -89,6 +127,18 @@ def _document_parts(out_dir: Path, parts: Sequence[str | Path] | None) -> tuple[
     return tables, figures
 
 
+def _renderers() -> dict[str, str]:
+    """params/tables.yaml's renderer of each output, which places an output the thesis does not print in its
+    chapter; none where the file cannot be read (a folder compiled outside a project)."""
+    from leanlm.errors import ConfigError
+    from leanlm.reporting.tables_file import load_tables
+
+    try:
+        return {name: spec.get("renderer", "") for name, spec in load_tables().items()}
+    except ConfigError:
+        return {}
+
+
 @contextlib.contextmanager
 def _terminate_as_exit() -> Iterator[None]:
     """Within the block, SIGTERM (Snakemake stopping its jobs, ``kill``) raises SystemExit with the shell's
@@ -109,9 +159,11 @@ def _terminate_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def build_pdf(profile: str, parts: Sequence[str | Path] | None = None, timeout: int = 120) -> Path | None:
+def build_pdf(profile: str, parts: Sequence[str | Path] | None = None, timeout: int = 120,
+              config: dict | None = None) -> Path | None:
     """Compile tables (.tex) and figures (.pdf) of paper_tables/<profile>/ into tables.pdf: ``parts``, or
-    every one in the folder when none are given.
+    every one in the folder when none are given. With the profile's ``config``, the title page and every
+    caption say what scale the numbers come from.
 
     Returns the PDF's path, or None (with a warning) when ``pdflatex`` is not installed. A LaTeX
     error is a :class:`LeanLMError` quoting the relevant lines of the log.
@@ -131,7 +183,12 @@ def build_pdf(profile: str, parts: Sequence[str | Path] | None = None, timeout: 
         for path in tables + figures:
             shutil.copyfile(path, workdir / path.name)
         main = "leanlm-tables.tex"
-        write_text(workdir / main, document_source(profile, [p.stem for p in tables], [p.stem for p in figures]))
+        source = document_source(profile, [p.stem for p in tables], [p.stem for p in figures],
+                                 scale=scale_summary(config) if config else None,
+                                 claims=(claims_summary(out_dir / "claims.csv")
+                                         if any(p.stem == CLAIMS_TABLE for p in tables) else None),
+                                 renderers=_renderers())
+        write_text(workdir / main, source)
         _compile(workdir, main, timeout)
         with atomic_path(out, suffix=".pdf") as dest:
             shutil.copyfile(workdir / Path(main).with_suffix(".pdf"), dest)
