@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import pandas as pd
 
 from leanlm import paths
@@ -53,8 +54,29 @@ def _available(scores: pd.DataFrame, metrics) -> list:
 
 
 def _xscale(ax, log: bool) -> None:
-    if log:
-        ax.set_xscale("log")
+    """A log axis whose labels do not collide: matplotlib labels the minor ticks of a log axis that spans
+    less than a decade ("4.2x10^5 4.4x10^5 ..." over each other); here the minor ticks stay unlabelled and,
+    within a decade, a few evenly spaced major ticks carry short labels (420k, 480k)."""
+    if not log:
+        return
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(mticker.NullFormatter())
+    low, high = ax.get_xlim()
+    if low > 0 and high / low < 10:
+        ax.xaxis.set_major_locator(mticker.MaxNLocator(nbins=3, min_n_ticks=2))
+        ax.xaxis.set_major_formatter(mticker.EngFormatter(sep=""))
+
+
+def size_shown(run, profile_model: dict | None = None) -> str:
+    """A size as the figures label it: the thesis's name ("70M") where the profile's model has that size's
+    shape (Table 4.10's layers and width), else what it is: "70M stand-in (2 layers, d 32)"."""
+    from leanlm.modeling.qwen_sizes import TABLE_4_10
+
+    label, model = size_label(run), profile_model or run.model
+    row = TABLE_4_10.get(label)
+    if row is None or (model.get("n_layers"), model.get("d_model")) == (row["layers"], row["hidden"]):
+        return label
+    return f"{label} stand-in ({model.get('n_layers')} layers, d {model.get('d_model')})"
 
 
 # ----------------------------------------------------------------------------- Figure 4.3
@@ -120,6 +142,7 @@ def figure_4_4(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
                for r in rows for column, _, _ in metrics]
     frame = pd.DataFrame(records).sort_values("size", key=lambda c: c.map(sizes.index), kind="stable")
     models = [label for label in dict.fromkeys(r.label for r in rows if r.config != "standard")]
+    shown = {size_label(r.run): size_shown(r.run) for r in rows}
     base = paths.tables_dir(profile) / name
     csv = write_csv(frame, base.with_suffix(".csv"))
     with plt.rc_context({**STYLE, "figure.figsize": (2.4 * len(metrics), 0.22 * len(models) + 1.6)}):
@@ -130,7 +153,7 @@ def figure_4_4(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
                 mine = part[(part["size"] == size) & (part["config"] != "standard")]
                 y = [models.index(m) for m in mine["label"]]
                 ax.scatter(mine["value"], y, s=DOT_SIZES[min(k, len(DOT_SIZES) - 1)], alpha=0.7,
-                           color=f"C{k}", label=size)
+                           color=f"C{k}", label=shown[size])
                 standard = part[(part["size"] == size) & (part["config"] == "standard")]["value"].dropna()
                 if not standard.empty:
                     ax.axvline(standard.iloc[0], linestyle=":", color=f"C{k}", linewidth=1)
@@ -143,6 +166,13 @@ def figure_4_4(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
         fig.legend(handles, names, loc="outside lower center", ncol=len(names), fontsize=7,
                    title="model size (dotted lines: Standard of that size)", title_fontsize=7)
         return save_figure(fig, base) + [csv]
+
+
+def _trained_model(config: dict, run) -> dict:
+    """The model whose training a curve shows: the run's, or that of the run it evaluates (evaluate_from)."""
+    from leanlm.runs import get_run
+
+    return get_run(config, run.evaluate_from).model if run.evaluate_from else run.model
 
 
 def figure_4_5(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
@@ -160,8 +190,9 @@ def figure_4_5(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
     base = paths.tables_dir(profile) / name
     csv = write_csv(frame, base.with_suffix(".csv"))
     styles = {"standard": "-", "uniform": "-", "hybrid": "--"}
-    with plt.rc_context({**STYLE, "figure.figsize": (3.2 * len(sizes), 3.0)}):
-        fig, axes = plt.subplots(1, len(sizes), squeeze=False)
+    shown = {size_label(r.run): size_shown(r.run, _trained_model(config, r.run)) for r in trained}
+    with plt.rc_context({**STYLE, "figure.figsize": (3.2 * len(sizes) + 1.6, 3.0)}):
+        fig, axes = plt.subplots(1, len(sizes), squeeze=False, constrained_layout=True)
         for ax, size, letter in zip(axes[0], sizes, "abcdefgh"):
             for run_id, part in frame[frame["size"] == size].groupby("run_id", sort=False):
                 config, variant = part["config"].iloc[0], part["variant"].iloc[0]
@@ -169,8 +200,10 @@ def figure_4_5(profile: str, config: dict, tidy: pd.DataFrame) -> list[Path]:
                     if variant in CH4_VARIANTS else None
                 ax.plot(part["step"], part["loss"], styles.get(config, ":"), color=color, linewidth=0.9,
                         label=part["label"].iloc[0])
-            ax.set_title(f"({letter}) {size}")
+            ax.set_title(f"({letter}) {shown.get(size, size)}", fontsize=8)
             ax.set_xlabel("step")
             ax.set_ylabel("training loss")
-        axes[0][-1].legend(fontsize=5, ncol=1, loc="upper right")
+        # One legend beside the panels (13 curves: inside a panel it would cover them).
+        handles, names = axes[0][-1].get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside right upper", fontsize=6)
         return save_figure(fig, base) + [csv]
