@@ -31,7 +31,7 @@ from leanlm.runs import get_run, pretrain_settings
 from leanlm.hashing.codebook_streams import codebook_corpus
 from leanlm.hashing.inputs import _model_config, _tokenizer_for, corpus_token_counts, subword_tokenizer
 from leanlm.hashing import HashCodebook
-from leanlm.modeling.hash_embeddings import codebook_settings
+from leanlm.modeling.hash_features import codebook_settings
 from leanlm.training.objectives import pack_sequences
 from leanlm.training.text_batches import read_documents, tokenize_documents
 config = load_config(params)

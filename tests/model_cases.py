@@ -20,7 +20,7 @@ from leanlm.config import load_config, load_matrix
 from leanlm.hashing import HashCodebook, word_tokenize
 from leanlm.modeling.attention import ATTENTION
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
+from leanlm.modeling.hash_features import codebook_settings, embedding_features
 from leanlm.modeling.mixers import MIXERS
 from leanlm.modeling.models import build_model
 from leanlm.plugins import OBJECTIVES

@@ -15,7 +15,7 @@ from leanlm.data.pretrain_data import run_data
 from leanlm.errors import DataError
 from leanlm.hashing import HashCodebook
 from leanlm.hashing.words import SPECIAL_TOKENS
-from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
+from leanlm.modeling.hash_features import codebook_settings, embedding_features
 from leanlm.runs import get_run, pretrain_settings
 from leanlm.training import eos_packing
 from leanlm.hashing import codebook_streams

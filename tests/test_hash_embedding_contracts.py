@@ -13,8 +13,9 @@ import torch
 
 from leanlm.errors import ConfigError, DataError
 from leanlm.modeling.config import ModelConfig
-import leanlm.modeling.embeddings  # noqa: F401  (registers ProFormer, BERT-Hash and EELBERT)
-from leanlm.modeling.hash_embeddings import EMBEDDINGS, build_word_embedding, codebook_settings
+from leanlm.modeling.embeddings import build_word_embedding
+from leanlm.modeling.hash_features import codebook_settings
+from leanlm.modeling.variants import EMBEDDINGS
 from leanlm.modeling.models import build_model
 
 from test_hash_embeddings import random_bits, tiny, trained_like  # noqa: E402  (tests/ is on sys.path)

@@ -1,5 +1,5 @@
-"""Ch. 2 embeddings (leanlm.modeling.hash_embeddings): Table 2.2's exact counts, Pool/Add/Proj and
-EELBERT against per-token computations, the standard embedding unchanged, BERT-Hash sizes."""
+"""Ch. 2 embeddings (leanlm.modeling.hash_embeddings, projection_embeddings): Table 2.2's exact counts,
+Pool/Add/Proj and EELBERT against per-token computations, the standard embedding unchanged, BERT-Hash sizes."""
 
 from __future__ import annotations
 
@@ -18,18 +18,14 @@ from leanlm.hashing.ngrams import rolling_hash
 from leanlm.modeling.checkpoint import load_model, save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.counting import total_parameters
-from leanlm.modeling.embeddings import BertEmbeddings
+from leanlm.modeling.embeddings import BertEmbeddings, build_word_embedding
 from leanlm.modeling.encoder import BertEncoder
-from leanlm.modeling.hash_embeddings import (
-    EMBEDDINGS,
-    build_word_embedding,
-    codebook_settings,
-    codeword_powers,
-    embedding_features,
-)
+from leanlm.modeling.hash_embeddings import codeword_powers
+from leanlm.modeling.hash_features import codebook_settings, embedding_features
 from leanlm.modeling.heads import BertForMLM
 from leanlm.modeling.models import build_model
 from leanlm.modeling.projection_embeddings import BERT_HASH_SIZES, bert_hash_config
+from leanlm.modeling.variants import EMBEDDINGS
 from leanlm.reporting.ch2.counts import table_2_2_parameter_rows
 
 TINY = dict(vocab_size=50, n_layers=1, d_model=16, n_heads=2, head_dim=8, d_ff=32, max_position=24)

@@ -107,7 +107,7 @@ def _deep_batch(model, head):
         from collections import Counter
 
         from leanlm.hashing import HashCodebook
-        from leanlm.modeling.hash_embeddings import embedding_features
+        from leanlm.modeling.hash_features import embedding_features
 
         words = [f"w{i}" for i in range(40)]
         book = HashCodebook.for_model(model.config, Counter(words))

@@ -296,7 +296,7 @@ def static_bytes(model: nn.Module) -> dict[str, int]:
 def fake_batch(model: nn.Module, head: str, batch_size: int, seq_len: int, mask_prob: float = 0.15) -> dict:
     """A micro-batch of the shapes the run's objective feeds ``head`` (packed rows: no padding mask);
     call inside the model's FakeTensorMode."""
-    from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
+    from leanlm.modeling.hash_features import codebook_settings, embedding_features
 
     shape = (batch_size, seq_len)
     ids = torch.zeros(shape, dtype=torch.long)

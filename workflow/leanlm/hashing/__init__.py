@@ -1,13 +1,14 @@
 """Chapter 2's token hashing: the data side of HashFormers, ProFormer and EELBERT, and the route a hash
 run's text takes into its model (one wing: the ch. 2 pretraining path stays in this folder, apart from
-the embeddings themselves, :mod:`leanlm.modeling.hash_embeddings`).
+the embeddings themselves, :mod:`leanlm.modeling.hash_embeddings` and ``projection_embeddings``, and
+what they ask of their inputs, :mod:`leanlm.modeling.hash_features`).
 
 - :mod:`~leanlm.hashing.words`: word tokenisation with an unlimited vocabulary (and BPE pieces);
 - :mod:`~leanlm.hashing.md5`: HMAC-MD5 buckets and bits (HashFormers-MD);
 - :mod:`~leanlm.hashing.lsh`: character n-gram LSH buckets and bits (HashFormers-LSH, ProFormer);
 - :mod:`~leanlm.hashing.codebook`: :class:`HashCodebook`, token rows with precomputed hashes,
-  whose ``features(ids, names)`` are what the embeddings of
-  :mod:`leanlm.modeling.hash_embeddings` read;
+  whose ``features(ids, names)`` are what the hash embeddings read
+  (:func:`leanlm.modeling.hash_features.embedding_features`);
 - :mod:`~leanlm.hashing.tokenizers`: which runs hash their tokens (the codebook tokenizers);
 - :mod:`~leanlm.hashing.inputs`: how a hash run's text becomes model inputs (packing, features);
 - :mod:`~leanlm.hashing.codebook_streams`: the codebook corpora as memory-mapped row-id streams.

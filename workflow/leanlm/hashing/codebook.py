@@ -69,12 +69,12 @@ class HashCodebook:
     @classmethod
     def for_model(cls, config, token_counts: Mapping[str, int] | None = None, tokenizer=None,
                   key: bytes = b"en", seed: int = 0) -> "HashCodebook":
-        """The codebook a model's embedding needs (leanlm.modeling.hash_embeddings.codebook_settings).
+        """The codebook a model's embedding needs (leanlm.modeling.hash_features.codebook_settings).
 
         LSH fits its n-gram vocabulary on ``token_counts`` (token -> corpus frequency: the words, or
         the BPE pieces with ``tokenizer``); MD5 uses ``key``.
         """
-        from leanlm.modeling.hash_embeddings import codebook_settings
+        from leanlm.modeling.hash_features import codebook_settings
 
         settings = codebook_settings(config)
         if settings is None:

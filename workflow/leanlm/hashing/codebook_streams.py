@@ -44,7 +44,7 @@ from leanlm.errors import DataError
 from leanlm.hashing.codebook import HashCodebook
 from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.io import build_once, read_jsonl, write_json, write_jsonl
-from leanlm.modeling.hash_embeddings import codebook_settings
+from leanlm.modeling.hash_features import codebook_settings
 from leanlm.training import eos_packing
 from leanlm.training.eos_packing import StreamRows, token_stream
 from leanlm.hashing.inputs import (Encoding, PieceCodebookTokenizer, _model_config, _tokenizer_for,

@@ -40,7 +40,7 @@ from leanlm.errors import ConfigError, DataError
 from leanlm.hashing.codebook import HashCodebook
 from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.hash_embeddings import codebook_settings, embedding_features
+from leanlm.modeling.hash_features import codebook_settings, embedding_features
 from leanlm.training.encoding import Encoding, assemble
 from leanlm.hashing.tokenizers import HASH_TOKENIZERS, check_run_tokenizer, uses_codebook
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.hash_embeddings import embedding_features
+from leanlm.modeling.hash_features import embedding_features
 
 HASH_TOKENIZERS = ("hash", "hash_subword")
 

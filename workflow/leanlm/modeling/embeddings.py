@@ -4,7 +4,8 @@
 (a buffer, rebuilt rather than saved), and ``type_vocab_size == 0`` drops the token-type table (token
 types are then ignored): ProFormer's embeddings, which Table 2.2 counts without either table.
 
-The word embedding comes from the registry by ``config.embedding`` (leanlm.modeling.hash_embeddings):
+The word embedding comes from the registry by ``config.embedding`` (:func:`build_word_embedding`;
+leanlm.modeling.variants loads that variant's module alone, modeling/*_embeddings.py):
 "standard" is BERT's nn.Embedding table under the same attribute name ``word_embeddings``, so its
 checkpoints and Hugging Face export are unchanged; hash embeddings read batch ``features``
 (``hash_bits``, ``hash_buckets``, ...) that ``forward`` passes through.
@@ -20,9 +21,15 @@ import torch
 from torch import nn
 
 from leanlm.modeling.config import ModelConfig
-# The registry loads the module of config.embedding alone (modeling/*_embeddings.py, leanlm.modeling.variants).
-from leanlm.modeling.hash_embeddings import build_word_embedding
 from leanlm.modeling.seq2seq import sinusoidal_positions
+# The registry loads the module of config.embedding alone (modeling/*_embeddings.py), so no job imports
+# another variant's file.
+from leanlm.modeling.variants import EMBEDDINGS
+
+
+def build_word_embedding(config: ModelConfig) -> nn.Module:
+    """The word embedding ``config.embedding`` names (ConfigError listing the known ones if unknown)."""
+    return EMBEDDINGS.get(config.embedding)(config)
 
 
 class BertEmbeddings(nn.Module):

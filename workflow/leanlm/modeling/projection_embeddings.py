@@ -1,6 +1,7 @@
 """Embeddings without a table per token, beside the HashFormers: ProFormer, BERT-Hash and EELBERT.
 
-Registered in :data:`leanlm.modeling.hash_embeddings.EMBEDDINGS`; ``embedding_options`` [defaults]:
+Variants of :data:`leanlm.modeling.variants.EMBEDDINGS` (the first and last on the hash embeddings' skeleton,
+:class:`leanlm.modeling.embedding_base.HashEmbedding`); ``embedding_options`` [defaults]:
 
 - ``proformer`` (Sankar et al. 2021, the ch. 2 baseline): ``bits`` [420] LSH projection bits, mapped
   to {-1, +1} and projected to d by a linear layer (Appendix 2.8 counts 420 x d). The ProFormer
@@ -29,14 +30,9 @@ from torch import nn
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.hash_embeddings import (
-    EMBEDDINGS,
-    EmbeddingVariant,
-    HashEmbedding,
-    _bits,
-    positive_int,
-    read_options,
-)
+from leanlm.modeling.embedding_base import EmbeddingVariant, HashEmbedding, hash_bits_of, positive_int, read_options
+# The registry is the files modeling/*_embeddings.py, each read lazily (leanlm.modeling.variants).
+from leanlm.modeling.variants import EMBEDDINGS
 
 # NeuML's three models: hidden size, layers, heads, FFN width, projections, and the card's totals
 # (the card cuts them to three decimals: nano's 969,504 parameters print as 0.969M). pico is its
@@ -76,7 +72,7 @@ class ProFormerEmbedding(HashEmbedding):
         self.projection = nn.Linear(self.n_bits, config.d_model)
 
     def embed_hashed(self, hash_bits: torch.Tensor) -> torch.Tensor:
-        bits = _bits(hash_bits, self.n_bits, self.name)
+        bits = hash_bits_of(hash_bits, self.n_bits, self.name)
         return self.projection(2.0 * bits.to(self.projection.weight.dtype) - 1.0)
 
     def embedding_parameter_count(self) -> int:
