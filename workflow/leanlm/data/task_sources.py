@@ -29,6 +29,7 @@ TASK_MODULES = (
     "leanlm.data.families.superglue",
     "leanlm.data.families.superglue_standins",
     "leanlm.data.families.squad",
+    "leanlm.data.families.squad_standins",
     "leanlm.data.families.translation",
     "leanlm.data.families.lm",
 )
