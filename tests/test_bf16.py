@@ -4,7 +4,7 @@ GPU runs train under bf16 autocast (TrainConfig.precision ``auto`` on CUDA), CPU
 variant that breaks only under autocast is first seen on the GPU: ch. 4's Approximate mixer crashed at
 its first backward there ("expected scalar type Float but found BFloat16"). CPU autocast runs the same
 dtype rules, so these tests catch that here: each model takes one forward + loss + backward in the
-engine's own autocast (:func:`leanlm.training.engine.training_autocast`) and in fp32, from the same
+engine's own autocast (:func:`leanlm.training.precision.training_autocast`) and in fp32, from the same
 weights and batch, and the bf16 step must give a finite loss, finite gradients and gradients close to
 the fp32 ones.
 
@@ -29,7 +29,7 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.mixers import MIXERS
 from leanlm.modeling.mixers.taylor import taylor_attention
 from leanlm.modeling.models import build_model
-from leanlm.training.engine import training_autocast
+from leanlm.training.precision import training_autocast
 
 from model_cases import CHUNK, LENGTH, batch_for, build, distinct_models, use_small_chunks  # noqa: E402  (tests/ is on sys.path)
 

@@ -22,7 +22,8 @@ GLUE = ["mnli", "qnli", "qqp", "rte", "sst2", "mrpc", "cola", "stsb"]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from leanlm.data.sources import hub  # noqa: E402  (after the offline switches)
+from leanlm.data.families import glue  # noqa: E402  (after the offline switches)
+from leanlm.data.sources import hub  # noqa: E402
 from leanlm.data.tasks import get_task  # noqa: E402
 from leanlm.errors import ConfigError, DataError  # noqa: E402
 
@@ -52,7 +53,7 @@ def test_offline_variables_fail_fast_with_advice(monkeypatch, variable):
     monkeypatch.setenv(variable, "1")
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("must not try the network"))
     with pytest.raises(DataError) as err:
-        hub.load_glue(get_task("mnli"), "paper")
+        glue.load_glue(get_task("mnli"), "paper")
     message = str(err.value)
     assert "profile 'paper' uses source 'hub' (nyu-mll/glue/mnli)" in message
     assert f"{variable}=1" in message and "params/smoke.yaml" in message and "run with network" in message
@@ -93,7 +94,7 @@ def test_hub_stages_fail_fast_offline(tmp_path, monkeypatch):
 def test_glue_mapping_on_hub_schema_fixtures(config, tmp_path):
     spec = get_task(config)
     dataset = _glue_fixture(config, tmp_path)
-    splits, provenance = hub.glue_task_splits(spec, dataset, seed=13, heldout_fraction=0.1)
+    splits, provenance = glue.glue_task_splits(spec, dataset, seed=13, heldout_fraction=0.1)
     raw_train = _raw_rows(config, "train")
     raw_validation = _raw_rows(config, spec.hub["validation"])
     # validation is GLUE's dev set (MNLI: validation_matched), row for row
@@ -119,28 +120,28 @@ def test_heldout_test_is_a_seeded_tenth_of_train():
     spec = get_task("sst2")
     rows = [{"sentence": f"sentence number {i}", "label": i % 2, "idx": i} for i in range(2000)]
     data = {"train": rows, "validation": rows[:5]}
-    splits, _ = hub.glue_task_splits(spec, data, seed=13, heldout_fraction=0.1)
+    splits, _ = glue.glue_task_splits(spec, data, seed=13, heldout_fraction=0.1)
     assert 150 < len(splits["test"]) < 250
-    again, _ = hub.glue_task_splits(spec, data, seed=13, heldout_fraction=0.1)
-    other, _ = hub.glue_task_splits(spec, data, seed=14, heldout_fraction=0.1)
+    again, _ = glue.glue_task_splits(spec, data, seed=13, heldout_fraction=0.1)
+    other, _ = glue.glue_task_splits(spec, data, seed=14, heldout_fraction=0.1)
     assert again == splits and other["test"] != splits["test"]
     # Off (the paper profile): the full official train split, no test split.
-    full, provenance = hub.glue_task_splits(spec, data, seed=13, heldout_fraction=0.0)
+    full, provenance = glue.glue_task_splits(spec, data, seed=13, heldout_fraction=0.0)
     assert full["train"] == splits["train"] + splits["test"] or sorted(r["idx"] for r in full["train"]) == list(range(2000))
     assert full["test"] == [] and "full official split" in provenance["train"]
     with pytest.raises(ConfigError, match="heldout_fraction=1.0"):
-        hub.glue_task_splits(spec, data, seed=13, heldout_fraction=1.0)
+        glue.glue_task_splits(spec, data, seed=13, heldout_fraction=1.0)
 
 
 def test_hidden_labels_and_missing_columns(tmp_path):
     spec = get_task("mnli")
     hidden = _raw_rows("mnli", "test_matched")
     assert hidden[0]["label"] == -1
-    assert hub.map_glue_rows(spec, hidden) == ([], 1)
+    assert glue.map_glue_rows(spec, hidden) == ([], 1)
     with pytest.raises(DataError, match=r"no column 'premise'.*glue\.mnli\.hub.*columns: sentence1"):
-        hub.map_glue_rows(spec, [{"sentence1": "a", "sentence2": "b", "label": 0, "idx": 0}])
+        glue.map_glue_rows(spec, [{"sentence1": "a", "sentence2": "b", "label": 0, "idx": 0}])
     with pytest.raises(DataError, match="no split 'validation_matched'"):
-        hub.glue_task_splits(spec, {"train": []}, seed=1, heldout_fraction=0.0)
+        glue.glue_task_splits(spec, {"train": []}, seed=1, heldout_fraction=0.0)
 
 
 def test_hub_tasks_stage_writes_the_task_sets(tmp_path, monkeypatch):
@@ -149,7 +150,7 @@ def test_hub_tasks_stage_writes_the_task_sets(tmp_path, monkeypatch):
     shutil.copytree(REPO / "params", tmp_path / "params")
     monkeypatch.setenv("LEANLM_ROOT", str(tmp_path))
     monkeypatch.setattr(hub, "ensure_hub_reachable", lambda what, profile: None)
-    monkeypatch.setattr(hub, "load_glue", lambda spec, profile: _glue_fixture(spec.hub["config"], tmp_path / "hf"))
+    monkeypatch.setattr(glue, "load_glue", lambda spec, profile: _glue_fixture(spec.hub["config"], tmp_path / "hf"))
     config = yaml.safe_load((tmp_path / "params" / "paper.yaml").read_text())
     # GLUE's hub path only; the other families' hub loaders have their own fixture tests.
     config["finetune"] = {"glue": config["finetune"]["glue"]}

@@ -17,7 +17,8 @@ from leanlm.errors import ConfigError, TrainingError
 from leanlm.process_end import end_process
 from leanlm.training import checkpointing
 from leanlm.training.distributed import cleanup_distributed, init_distributed
-from leanlm.training.engine import TrainConfig, Trainer, adamw_param_groups, count_tokens
+from leanlm.training.engine import TrainConfig, Trainer, count_tokens
+from leanlm.training.optimizer import adamw_param_groups
 from leanlm.training.schedules import lr_multiplier
 from leanlm.training.seeding import step_generator
 
@@ -381,7 +382,7 @@ def test_two_process_ddp_matches_single_process_accumulation(tmp_path):
 
 
 def test_world_size_must_divide_grad_accum():
-    from leanlm.training.engine import local_grad_accum
+    from leanlm.training.distributed import local_grad_accum
 
     assert local_grad_accum(4, 1) == 4 and local_grad_accum(4, 2) == 2 and local_grad_accum(4, 4) == 1
     with pytest.raises(ConfigError, match=r"pretrain.mlm.grad_accum: grad_accum = 3 .* 2 processes.* 1 / 3"):

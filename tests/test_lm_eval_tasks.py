@@ -15,7 +15,8 @@ from lm_eval.tasks import TaskManager
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch import nn
 
-from leanlm.lm_eval.standins import THESIS_TASKS, build_lm_eval_tasks, random_guess_and_majority
+from leanlm.lm_eval.baselines import random_guess_and_majority
+from leanlm.lm_eval.standins import THESIS_TASKS, build_lm_eval_tasks
 from leanlm.errors import ConfigError, DataError
 from leanlm.lm_eval.adapter import _task_specs, run_lm_eval
 

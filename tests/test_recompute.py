@@ -13,7 +13,8 @@ from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model
 from leanlm.modeling.recompute import set_activation_checkpointing
-from leanlm.training.engine import TrainConfig, Trainer, training_autocast
+from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.precision import training_autocast
 
 from model_cases import batch_for, build, distinct_models, use_small_chunks  # noqa: E402  (tests/ is on sys.path)
 

@@ -95,7 +95,7 @@ def _jsonl(path: Path) -> list[dict]:
 def test_cloze_candidates_and_question():
     import random
 
-    from leanlm.data.families.squad import cloze_candidates, make_cloze
+    from leanlm.data.families.squad_standins import cloze_candidates, make_cloze
 
     sentence = "Rand moved to the United States in 1926 with 12 dollars and a small suitcase."
     spans = {kind: [(sentence[a:b], sentence[s:e], wh) for a, b, s, e, wh in found]
@@ -142,7 +142,7 @@ def test_standin_rows_pass_the_contract_and_answers_sit_at_their_offsets(project
 
 def test_standins_hold_evaluation_text_out_of_pretraining_and_v2_has_a_third_unanswerable(project, monkeypatch):
     from leanlm.data.families.glue_standins import BuildContext, StandInSources, build_standin
-    from leanlm.data.families.squad import pretraining_heldout
+    from leanlm.data.families.squad_standins import pretraining_heldout
     from leanlm.data.splitting import task_rng
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))

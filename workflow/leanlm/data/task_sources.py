@@ -4,8 +4,8 @@
   stand-ins) or in their own family modules, which import that registry and add to it;
 - hub: a loader per *family* in :data:`HUB_TASK_LOADERS`, ``loader(spec, profile, seed,
   heldout_fraction) -> (rows by split, provenance)`` (the fraction of a train split held out as test
-  where the benchmark hides its test labels; families with an official test split ignore it); GLUE's is here, other families register theirs beside their
-  schema mapping.
+  where the benchmark hides its test labels; families with an official test split ignore it); each family
+  registers its own beside its schema mapping and its stand-ins (GLUE's in :mod:`leanlm.data.families.glue`).
 
 :func:`import_task_modules` imports every family module so its registrations take effect; a
 module that does not exist fails loudly (a missed rename must not drop a family's stand-ins).
@@ -24,20 +24,15 @@ HUB_TASK_LOADERS: Registry[HubLoader] = Registry("hub task family loader")
 
 # Modules that register packaged stand-ins and hub loaders for their families.
 TASK_MODULES = (
+    "leanlm.data.families.glue",
     "leanlm.data.families.glue_standins",
     "leanlm.data.families.superglue",
     "leanlm.data.families.superglue_standins",
     "leanlm.data.families.squad",
+    "leanlm.data.families.squad_standins",
     "leanlm.data.families.translation",
     "leanlm.data.families.lm",
 )
-
-
-@HUB_TASK_LOADERS.register("glue")
-def load_glue_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
-    from leanlm.data.sources.hub import glue_task_splits, load_glue
-
-    return glue_task_splits(spec, load_glue(spec, profile), seed, heldout_fraction)
 
 
 def import_task_modules() -> None:

@@ -3,7 +3,7 @@
 The rows are never typed in: :func:`task_baselines` takes an lm-eval ``Task`` (a local stand-in or a hub
 task, built exactly as the evaluation builds it), the documents the evaluation reads (the first
 ``limit``, as lm-eval's ``limit`` does) and turns each into the shape
-:func:`leanlm.lm_eval.standins.random_guess_and_majority` scores:
+:func:`random_guess_and_majority` scores:
 
 - multiple choice: the options (``doc_to_choice``) and the gold index (``doc_to_target``); random guess
   = mean 1 / #options, majority = always answering the most frequent gold index;
@@ -28,13 +28,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from leanlm import paths
-from leanlm.lm_eval.standins import random_guess_and_majority
 from leanlm.errors import DataError
-from leanlm.io import write_json
+from leanlm.io import load_yaml, read_jsonl, write_json
 
 log = logging.getLogger(__name__)
 
@@ -132,4 +134,79 @@ def collect_baselines(profile: str) -> Path | None:
             out.unlink()
         return None
     write_json(out, {"profile": profile, "tasks": tasks, "from_runs": source})
+    return out
+
+
+# ------------------------------------------------------------------ the rows, from a task's documents
+def _load_task(task: str | Path) -> tuple[str, list[dict]]:
+    path = Path(task)
+    try:
+        config = load_yaml(path.read_text(encoding="utf-8"))
+        data = Path(config["dataset_kwargs"]["data_files"]["test"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+        raise DataError(f"{path} is not a leanlm local lm-eval task ({err}); build it with build_lm_eval_tasks") from None
+    return config["output_type"], read_jsonl(task_data_file(data, path))
+
+
+def task_data_file(recorded: str | Path, yaml_path: Path) -> Path:
+    """A task's data file as its YAML records it: relative to the YAML's folder (what the builder writes),
+    or an absolute path of an older build, found beside the YAML when it is gone (moved or pulled)."""
+    recorded = Path(recorded)
+    if not recorded.is_absolute() or not recorded.is_file():
+        return yaml_path.parent / (recorded if not recorded.is_absolute() else recorded.name)
+    return recorded
+
+
+def _output_type(docs: list[dict]) -> str:
+    keys = set(docs[0]) if docs else set()
+    if {"choices", "label"} <= keys:
+        return "multiple_choice"
+    if "page" in keys:
+        return "loglikelihood_rolling"
+    if "text" in keys:
+        return "loglikelihood"
+    raise DataError(f"cannot tell the task type of documents with keys {sorted(keys)}")
+
+
+def random_guess_and_majority(task_yaml_or_docs: str | Path | list[dict], tokenizer=None) -> dict:
+    """The Rnd. Guess and Majority rows of Table 4.1, computed from the task's own data.
+
+    Multiple choice: random guess = mean of 1/(number of choices) (acc and acc_norm alike); majority =
+    accuracy of always answering the most frequent gold position (= the majority class when every row
+    has the same choices). Language modelling: the random guess is a uniform distribution over the
+    tokenizer's vocabulary (needs ``tokenizer``; None without one), scored as lm-eval scores a model;
+    there is no majority row ("-" in the thesis). Accuracies are fractions.
+    """
+    if isinstance(task_yaml_or_docs, (str, Path)):
+        output_type, docs = _load_task(task_yaml_or_docs)
+    else:
+        docs = list(task_yaml_or_docs)
+        output_type = _output_type(docs)
+    if not docs:
+        raise DataError("random_guess_and_majority: the task has no documents")
+    out = {"output_type": output_type, "examples": len(docs), "random_guess": None, "majority": None}
+    if output_type == "multiple_choice":
+        chance = sum(1 / len(d["choices"]) for d in docs) / len(docs)
+        labels = [int(d["label"]) for d in docs]
+        majority = max(labels.count(v) for v in set(labels)) / len(labels)
+        out["random_guess"] = {"acc": chance, "acc_norm": chance}
+        out["majority"] = {"acc": majority, "acc_norm": majority}
+        return out
+    if tokenizer is None:
+        return out
+    log_v = math.log(tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def n_tokens(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    if output_type == "loglikelihood_rolling":
+        nll = sum(n_tokens(d["page"]) for d in docs) * log_v
+        words = sum(len(re.split(r"\s+", d["page"])) for d in docs)
+        n_bytes = sum(len(d["page"].encode("utf-8")) for d in docs)
+        out["random_guess"] = {"word_perplexity": math.exp(nll / words), "byte_perplexity": math.exp(nll / n_bytes),
+                               "bits_per_byte": nll / n_bytes / math.log(2)}
+    else:
+        lengths = [n_tokens(" " + d["text"].split(" ")[-1]) for d in docs]
+        out["random_guess"] = {"perplexity": math.exp(sum(lengths) * log_v / len(docs)),
+                               "acc": sum(math.exp(-n * log_v) for n in lengths) / len(docs)}
     return out

@@ -50,8 +50,8 @@ from leanlm.provenance import hardware
 from leanlm.runs import get_run, pretrain_settings, public
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.distributed import (barrier, broadcast_object, cleanup_distributed, init_distributed,
-                                         rank_zero_first)
-from leanlm.training.engine import TrainConfig, Trainer, local_grad_accum
+                                         local_grad_accum, rank_zero_first)
+from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
 from leanlm.training.fixed_sequence import attach_fixed_sequence
 from leanlm.hashing.codebook_streams import codebook_corpus

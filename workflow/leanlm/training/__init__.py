@@ -4,7 +4,9 @@
   evaluation with early stopping, atomic checkpoints and exact resume, DDP).
 - ``schedules``: learning-rate multipliers as pure functions of the step.
 - ``objectives``: BERT's MLM masking and sequence packing (data side of pretraining).
-- ``checkpointing``, ``seeding``, ``distributed``: the pieces the engine is built from.
+- ``checkpointing`` (and what a resume must match), ``optimizer`` (AdamW's groups), ``precision``
+  (autocast), ``seeding``, ``distributed`` (ranks, DDP, the per-rank accumulation): the pieces the engine
+  is built from.
 - ``hub_checkpoint``, ``text_batches``, ``eos_packing``, ...: the inputs the stages share.
 
 The stages that use the engine (``leanlm pretrain`` / ``finetune``) are :mod:`leanlm.stages`; ch. 2's hash

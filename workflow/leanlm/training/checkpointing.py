@@ -32,12 +32,13 @@ import socket
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 import torch
 
 from leanlm.errors import TrainingError
 from leanlm.io import sha256_file
+from leanlm.training.train_config import _RUN_DEFINING
 
 log = logging.getLogger(__name__)
 
@@ -210,3 +211,45 @@ def run_lock(run_dir: str | Path, run: str, doing: str = "trained", name: str = 
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------------ what the engine saves and checks
+def run_defining(config: dict) -> dict:
+    """The settings of ``TrainConfig`` (as a dict) that define a run: a checkpoint resumes only under the same."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items() if k in _RUN_DEFINING}
+
+
+def changed_settings(state: dict, config: dict, world_size: int) -> dict:
+    """``{setting: (saved, now)}`` for each run-defining setting (and the world size) that differs between
+    the checkpoint ``state`` and the run's ``config`` (a ``TrainConfig`` as a dict)."""
+    saved, now = state["config"], run_defining(config)
+    changed = {k: (saved.get(k), v) for k, v in now.items() if saved.get(k) != v}
+    if state["world_size"] != world_size:
+        changed["world_size"] = (state["world_size"], world_size)
+    return changed
+
+
+def why_unwritten(run_dir: Path, state: dict) -> str:
+    """Why a checkpoint write without an errno (torch.save's RuntimeError) failed, as far as can be told:
+    too little free space for the state's tensors, or no write permission."""
+    need = tensor_bytes(state)
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        free = None
+    if free is not None and free < need:
+        return (f"the disk is full ({free:,} bytes free, the checkpoint needs about {need:,}); free space "
+                f"there or point the run elsewhere, then re-run")
+    if not os.access(run_dir, os.W_OK):
+        return f"no permission to write into {run_dir}; fix its permissions, then re-run"
+    return "check free disk space and permissions there"
+
+
+def tensor_bytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, Mapping):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from leanlm.errors import ConfigError
 
@@ -104,3 +105,40 @@ def rank_zero_first() -> Iterator[None]:
     yield
     if rank() == 0:
         barrier()
+
+
+def local_grad_accum(grad_accum: int, world_size: int, desc: str = "train") -> int:
+    """Micro-batches each of ``world_size`` ranks runs per optimizer step: ``grad_accum / world_size``.
+
+    ``grad_accum`` counts the micro-batches of one step over all ranks, so the world size never changes
+    the optimisation; a world size that does not divide it is refused rather than rounded.
+    """
+    if grad_accum % world_size:
+        divisors = [w for w in range(1, grad_accum + 1) if grad_accum % w == 0]
+        raise ConfigError(
+            f"{desc}: grad_accum = {grad_accum} micro-batches per step cannot be shared by {world_size} "
+            f"processes (WORLD_SIZE, torchrun's --nproc-per-node, resources.pretrain.gpus): it must be a "
+            f"multiple of the process count. Keep the global batch batch_size x grad_accum and choose "
+            f"grad_accum as a multiple of {world_size} (e.g. halve batch_size and double grad_accum), or run "
+            f"on {' / '.join(map(str, divisors))} processes"
+        )
+    return grad_accum // world_size
+
+
+def ddp_wrapped(model: torch.nn.Module, device: torch.device, probe) -> DistributedDataParallel:
+    """``model`` wrapped in DDP, with ``find_unused_parameters`` only if the model needs it.
+
+    Some objectives leave parameters without a gradient (a pooler under MLM), which plain DDP rejects;
+    the flag that allows it costs a graph traversal every step, so one probe forward/backward decides
+    (``probe(module, after_backward)``: the engine's, which leaves no trace). Gradients are views into
+    DDP's all-reduce buckets (``gradient_as_bucket_view``): no copy between the two after each backward,
+    and one gradient-sized buffer less in memory.
+    """
+    unused = []
+    probe(model, lambda: unused.append(sum(p.grad is None for p in model.parameters() if p.requires_grad)))
+    any_unused = all_reduce_sum(torch.tensor([float(unused[0])], device=device)).item() > 0
+    devices = [device.index] if device.type == "cuda" else []
+    return DistributedDataParallel(
+        model, device_ids=devices or None, find_unused_parameters=any_unused,
+        gradient_as_bucket_view=True,
+    )

@@ -30,15 +30,12 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from leanlm.progress import progress
 
 from leanlm.errors import ConfigError, TrainingError
@@ -50,31 +47,19 @@ from leanlm.training.distributed import (
     all_reduce_sum,
     barrier,
     broadcast_object,
+    ddp_wrapped,
     gather_objects,
     init_distributed,
+    local_grad_accum,
 )
+from leanlm.training.optimizer import adamw
+from leanlm.training.precision import autocast_dtype, autocast_to
 from leanlm.training.prefetch import BatchPrefetcher, count_tokens
 from leanlm.training.schedules import schedule_fn
-from leanlm.training.train_config import _RUN_DEFINING, TrainConfig
+from leanlm.training.train_config import TrainConfig
 from leanlm.training.seeding import capture_rng_state, restore_rng_state, seed_everything
 
 log = logging.getLogger(__name__)
-
-def adamw_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two AdamW groups: decayed matrices and undecayed 1-D parameters.
-
-    No weight decay on biases, LayerNorm/RMSNorm weights or any other parameter with fewer than two
-    dimensions (scales, gates): decaying them pulls normalisation gains towards 0, which only hurts.
-    Weight matrices and embeddings are decayed, as in BERT and the HF Trainer the thesis used.
-    Frozen parameters (``requires_grad=False``) are left out.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    return [g for g in groups if g["params"]]
-
 
 class Trainer:
     """Train ``model`` for ``config.total_steps`` optimizer steps; see the module docstring.
@@ -113,7 +98,7 @@ class Trainer:
         self.model = model.to(self.device)
         if config.activation_checkpointing:
             set_activation_checkpointing(self.model)  # ConfigError for a model without transformer blocks
-        self.autocast_dtype = _autocast_dtype(config.precision, self.device)
+        self.autocast_dtype = autocast_dtype(config.precision, self.device)
         if self.device.type == "cuda":
             log.info("%s: %s", config.desc, compiling.set_matmul_precision(self.device, config.precision))
         # The training step reads the loss alone: a model that can skip its logits (the LM heads,
@@ -122,10 +107,7 @@ class Trainer:
         # On an accelerator the loss is read back only at the log/eval/checkpoint boundaries, not every
         # step (a read waits for the device); the fused AdamW skips an update on the device instead.
         self.deferred_checks = loss_readback.defers_checks(self.device)
-        self.optimizer = torch.optim.AdamW(
-            adamw_param_groups(self.model, config.weight_decay), lr=config.lr,
-            betas=config.adam_betas, eps=config.adam_eps, fused=self.deferred_checks,
-        )
+        self.optimizer = adamw(self.model, config, fused=self.deferred_checks)
         self.multiplier = schedule_fn(
             config.schedule, config.total_steps, config.warmup_steps, config.num_cycles
         )
@@ -314,7 +296,7 @@ class Trainer:
         if self.rank == 0:
             state = {
                 **self.state.to_dict(), "rng": rng, "world_size": self.world_size,
-                "config": _run_defining(dataclasses.asdict(self.config)),
+                "config": checkpointing.run_defining(dataclasses.asdict(self.config)),
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             }
             where = checkpointing.checkpoint_dir(self.run_dir)
@@ -326,7 +308,7 @@ class Trainer:
             except Exception as exc:  # torch.save reports a failed write as RuntimeError, without errno
                 raise TrainingError(
                     f"could not write the checkpoint of step {self.state.step} into {where}: "
-                    f"{_why_unwritten(self.run_dir, state)} ({type(exc).__name__}: {exc})"
+                    f"{checkpointing.why_unwritten(self.run_dir, state)} ({type(exc).__name__}: {exc})"
                 ) from exc
         barrier()
         self._saved_step = self.state.step
@@ -334,10 +316,7 @@ class Trainer:
     def _resume(self, state: dict) -> None:
         path = checkpointing.checkpoint_dir(self.run_dir) / checkpointing.STATE_FILE
         try:
-            saved, now = state["config"], _run_defining(dataclasses.asdict(self.config))
-            changed = {k: (saved.get(k), v) for k, v in now.items() if saved.get(k) != v}
-            if state["world_size"] != self.world_size:
-                changed["world_size"] = (state["world_size"], self.world_size)
+            changed = checkpointing.changed_settings(state, dataclasses.asdict(self.config), self.world_size)
             if changed:
                 diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
                 raise TrainingError(
@@ -365,7 +344,7 @@ class Trainer:
     def _training_module(self) -> nn.Module:
         """The module the loop trains: the model, wrapped in DDP on several processes, then compiled
         when the run's ``compile`` setting asks for it on this device (eager if compiling fails)."""
-        module = self._wrap_ddp() if self.world_size > 1 else self.model
+        module = ddp_wrapped(self.model, self.device, self._probe) if self.world_size > 1 else self.model
         if not compiling.compile_wanted(self.config.compile, self.device):
             return module
         module, self.compile_fallback = compiling.compiled_or_eager(module, self._probe, self.config.desc)
@@ -386,25 +365,6 @@ class Trainer:
                 after_backward()
         finally:
             self.optimizer.zero_grad(set_to_none=True)
-
-    def _wrap_ddp(self) -> DistributedDataParallel:
-        """Wrap the model in DDP, with ``find_unused_parameters`` only if the model needs it.
-
-        Some objectives leave parameters without a gradient (a pooler under MLM), which plain DDP
-        rejects; the flag that allows it costs a graph traversal every step, so one probe
-        forward/backward (:meth:`_probe`) decides. Gradients are views into DDP's all-reduce buckets
-        (``gradient_as_bucket_view``): no copy between the two after each backward, and one
-        gradient-sized buffer less in memory.
-        """
-        unused = []
-        self._probe(self.model, lambda: unused.append(
-            sum(p.grad is None for p in self.model.parameters() if p.requires_grad)))
-        any_unused = all_reduce_sum(torch.tensor([float(unused[0])], device=self.device)).item() > 0
-        devices = [self.device.index] if self.device.type == "cuda" else []
-        return DistributedDataParallel(
-            self.model, device_ids=devices or None, find_unused_parameters=any_unused,
-            gradient_as_bucket_view=True,
-        )
 
     def _to_device(self, batch: Mapping[str, Any]) -> dict:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
@@ -431,48 +391,7 @@ class Trainer:
         }
 
     def _autocast(self):
-        return _autocast(self.autocast_dtype, self.device)
-
-
-def local_grad_accum(grad_accum: int, world_size: int, desc: str = "train") -> int:
-    """Micro-batches each of ``world_size`` ranks runs per optimizer step: ``grad_accum / world_size``.
-
-    ``grad_accum`` counts the micro-batches of one step over all ranks, so the world size never changes
-    the optimisation; a world size that does not divide it is refused rather than rounded.
-    """
-    if grad_accum % world_size:
-        divisors = [w for w in range(1, grad_accum + 1) if grad_accum % w == 0]
-        raise ConfigError(
-            f"{desc}: grad_accum = {grad_accum} micro-batches per step cannot be shared by {world_size} "
-            f"processes (WORLD_SIZE, torchrun's --nproc-per-node, resources.pretrain.gpus): it must be a "
-            f"multiple of the process count. Keep the global batch batch_size x grad_accum and choose "
-            f"grad_accum as a multiple of {world_size} (e.g. halve batch_size and double grad_accum), or run "
-            f"on {' / '.join(map(str, divisors))} processes"
-        )
-    return grad_accum // world_size
-
-
-def training_autocast(precision: str, device: torch.device):
-    """The context a run with ``precision`` computes its forward passes in on ``device``, as the
-    Trainer does: bf16 autocast, or no autocast for fp32 (tests train a step exactly this way)."""
-    return _autocast(_autocast_dtype(precision, device), device)
-
-
-def _autocast(dtype: torch.dtype | None, device: torch.device):
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
-        return None
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError(
-            f"precision={precision!r} needs bf16, which {torch.cuda.get_device_name(device)} lacks; "
-            "set precision: fp32"
-        )
-    return torch.bfloat16
+        return autocast_to(self.autocast_dtype, self.device)
 
 
 def _loss_of(output: Any) -> torch.Tensor:
@@ -484,36 +403,6 @@ def _loss_of(output: Any) -> torch.Tensor:
             f"micro-batch); got {got}"
         )
     return loss
-
-
-def _why_unwritten(run_dir: Path, state: dict) -> str:
-    """Why a checkpoint write without an errno (torch.save's RuntimeError) failed, as far as can be told:
-    too little free space for the state's tensors, or no write permission."""
-    need = _tensor_bytes(state)
-    try:
-        free = shutil.disk_usage(run_dir).free
-    except OSError:
-        free = None
-    if free is not None and free < need:
-        return (f"the disk is full ({free:,} bytes free, the checkpoint needs about {need:,}); free space "
-                f"there or point the run elsewhere, then re-run")
-    if not os.access(run_dir, os.W_OK):
-        return f"no permission to write into {run_dir}; fix its permissions, then re-run"
-    return "check free disk space and permissions there"
-
-
-def _tensor_bytes(obj: Any) -> int:
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, Mapping):
-        return sum(_tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in obj)
-    return 0
-
-
-def _run_defining(config: dict) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items() if k in _RUN_DEFINING}
 
 
 def _plain(value: Any) -> Any:

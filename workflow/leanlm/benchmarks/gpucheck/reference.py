@@ -164,7 +164,7 @@ def _row_dtype(spec: dict[str, Any]) -> torch.dtype:
 @torch.no_grad()
 def probe_logits(model, ids: torch.Tensor, device: torch.device, precision: str) -> torch.Tensor:
     """The model's logits at the probe's first positions, as fp32 on the CPU (training autocast)."""
-    from leanlm.training.engine import training_autocast
+    from leanlm.training.precision import training_autocast
 
     was = model.training
     model.to(device).eval()

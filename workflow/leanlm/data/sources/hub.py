@@ -1,17 +1,17 @@
-"""The hub source (DESIGN.md §5): GLUE and the pretraining corpus from Hugging Face ``datasets``.
+"""The hub source (DESIGN.md §5): the task datasets and the pretraining corpus from Hugging Face ``datasets``.
 
-Schema mapping is kept apart from downloading: :func:`map_glue_rows`, :func:`glue_task_splits`,
-:func:`wikipedia_documents` and :func:`bookcorpus_documents` take rows in the hub's schema (a
-``datasets.Dataset``, or any iterable of dicts), so tests feed them local fixtures; only
-:func:`load_glue` and :func:`stream_hub_corpus` touch the network, and both call
-:func:`ensure_hub_reachable` first, which fails at once (not after 20+ s of retries) when
-``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` is set or huggingface.co cannot be reached.
+What every family's hub loader shares (:mod:`leanlm.data.families.glue`, ``superglue``, ``squad``, ...):
+:func:`load_hub_dataset` (through the hub mirror when one is set), the held-out test split of a benchmark
+that hides its test labels (:func:`heldout_splits`), and :func:`ensure_hub_reachable`, which fails at once
+(not after 20+ s of retries) when ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` is set or huggingface.co
+cannot be reached. The pretraining corpus: :func:`wikipedia_documents` and :func:`bookcorpus_documents`
+take rows in the hub's schema (a ``datasets.Dataset``, or any iterable of dicts), so tests feed them local
+fixtures; only :func:`load_hub_dataset` and :func:`stream_hub_corpus` touch the network.
 
-Splits: "validation" is GLUE's dev set (MNLI: validation_matched), where the thesis reports. As the
-thesis, "train" is the full official train split and "test" is empty (``data.tasks.heldout_fraction``
-0, the paper profile; DESIGN §8). GLUE's test labels are hidden, so a profile that wants a test score
-sets a fraction (:data:`HELDOUT_FRACTION` is the usual 10%): "test" is then that slice of GLUE train,
-chosen by hashing the seed, the task and the row's idx, and "train" is the rest.
+Held-out splits: the thesis trains on the full official train split and reports on the dev set
+(``data.tasks.heldout_fraction`` 0, the paper profile; DESIGN §8); a profile that wants a test score sets
+a fraction (:data:`HELDOUT_FRACTION` is the usual 10%): "test" is then that slice of the train split,
+chosen by hashing the seed, the task and the unit (row idx, paragraph, article), and "train" is the rest.
 """
 
 from __future__ import annotations
@@ -87,57 +87,7 @@ def ensure_hub_reachable(what: str, profile: str) -> None:
     _reachable = True
 
 
-# --- GLUE -------------------------------------------------------------------------------------
-
-
-def _column(row: Mapping[str, Any], column: str, spec: TaskSpec) -> Any:
-    try:
-        return row[column]
-    except KeyError:
-        raise DataError(
-            f"{spec.hub['dataset']}/{spec.hub['config']} rows have no column {column!r} (params/tasks.yaml, "
-            f"key {spec.family}.{spec.name}.hub); columns: {', '.join(row)}"
-        ) from None
-
-
-def map_glue_rows(spec: TaskSpec, rows: Iterable[Mapping[str, Any]]) -> tuple[list[dict], int]:
-    """Hub rows -> ``{"idx", "text_a", "text_b", "label"}`` via the columns named in ``spec.hub``.
-
-    Rows with label -1 (GLUE's hidden test labels) are dropped; returns (rows, number dropped).
-    GLUE text is the benchmark and is kept verbatim.
-    """
-    hub = spec.hub
-    out, hidden = [], 0
-    for position, row in enumerate(rows):
-        raw_label = _column(row, hub["label"], spec)
-        if raw_label is None or (not spec.is_regression and int(raw_label) < 0):
-            hidden += 1
-            continue
-        label = float(raw_label) if spec.is_regression else int(raw_label)
-        if not spec.is_regression and label >= spec.num_labels:
-            raise DataError(f"{hub['dataset']}/{hub['config']}: label {label} outside 0..{spec.num_labels - 1}")
-        out.append({
-            "idx": int(row["idx"]) if "idx" in row else position,
-            "text_a": str(_column(row, hub["text_a"], spec)),
-            "text_b": str(_column(row, hub["text_b"], spec)) if hub["text_b"] else None,
-            "label": label,
-        })
-    return out, hidden
-
-
-def glue_task_splits(spec: TaskSpec, dataset: Mapping[str, Iterable[Mapping[str, Any]]], seed: int,
-                     heldout_fraction: float) -> tuple[dict, dict]:
-    """train/validation/test rows of one GLUE task from a hub ``DatasetDict`` (or a dict of row lists).
-
-    Returns (splits, provenance): where each split came from and how many hidden-label rows were dropped.
-    ``heldout_fraction`` of train becomes "test" (0: none, the full official train split is trained on).
-    """
-    require_splits(spec, dataset)
-    train_rows, hidden_train = map_glue_rows(spec, dataset[spec.hub["train"]])
-    validation, hidden_validation = map_glue_rows(spec, dataset[spec.hub["validation"]])
-    return heldout_splits(spec, [(row["idx"], row) for row in train_rows], validation, seed,
-                          hidden_train + hidden_validation, unit="idx", benchmark="GLUE",
-                          heldout_fraction=heldout_fraction)
+# --- the hub's task datasets (shared by the families' hub loaders) --------------------------
 
 
 def require_splits(spec: TaskSpec, dataset: Mapping[str, Any]) -> None:
@@ -213,11 +163,6 @@ def load_hub_dataset(spec: TaskSpec, profile: str):
         raise DataError(f"could not load {what} from the Hugging Face hub: {exc}") from exc
 
 
-def load_glue(spec: TaskSpec, profile: str):
-    """One GLUE task from the hub (see :func:`load_hub_dataset`)."""
-    return load_hub_dataset(spec, profile)
-
-
 # --- pretraining corpus -------------------------------------------------------------------------
 
 
@@ -269,7 +214,7 @@ def _stream_rows(corpus: Mapping[str, Any], what: str):
         try:
             return datasets.load_dataset(corpus["dataset"], corpus["config"], split=corpus["split"], streaming=True,
                                          revision=revision)
-        except Exception as exc:  # see load_glue
+        except Exception as exc:  # see load_hub_dataset
             errors.append(f"revision {revision or 'main'}: {exc}")
             log.info("could not stream %s at revision %s: %s", what, revision or "main", exc)
     raise DataError(f"could not stream {what} from the Hugging Face hub ({'; '.join(errors)})")

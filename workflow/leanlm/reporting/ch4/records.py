@@ -11,7 +11,7 @@ Every file format chapter 4 reporting reads is read here, so an upstream change 
     (``leanlm_definition``); :func:`canonical_task` maps all three to the thesis's.
 ``results/<profile>/baselines/lm_eval.json`` (written by aggregation: lm_eval_baselines)
     ``{"tasks": {task: {"random_guess": {metric: value} | null, "majority": {...} | null}}}``, as
-    :func:`leanlm.lm_eval.standins.random_guess_and_majority` returns per task. Without it the
+    :func:`leanlm.lm_eval.baselines.random_guess_and_majority` returns per task. Without it the
     rows are computed from the profile's local task files (data/<profile>/tasks/lm_eval/).
 ``results/<profile>/runs/<run_id>/analysis.json`` (family ``analysis``, leanlm.runners.analysis)
     a results JSON whose entry ``results[0]`` holds ``context_length_perplexity``
@@ -245,7 +245,7 @@ def baseline_records(profile: str, config: dict) -> dict[str, dict]:
         except (OSError, json.JSONDecodeError) as exc:
             raise LeanLMError(f"{path}: not readable JSON ({exc}); delete it and rerun the job that wrote it") from None
         return doc.get("tasks", doc)
-    from leanlm.lm_eval.standins import random_guess_and_majority
+    from leanlm.lm_eval.baselines import random_guess_and_majority
 
     tokenizer = None
     out = {}
