@@ -1,7 +1,13 @@
 # One job per (pretrained model, task family); the seeds run inside the job.
 # finetune_settings: the family's block with the experiment's variant laid over it (ch. 2: glue_ch2).
 
+from functools import cache
+
 from leanlm.runs import finetune_seeds, finetune_settings
+
+# A fine-tuning job's code is its family's stage and its tasks' runners: the same for every run with the same
+# family and tasks, so it is computed once per pair (the paper plans ~190 such jobs over ~15 pairs).
+family_code = cache(lambda family, tasks: finetune_code(family, tasks))
 
 
 rule finetune:
@@ -16,7 +22,7 @@ rule finetune:
         data=DATA_PARAMS,
         run=lambda w: {"evaluate_from": RUNS[w.run_id].evaluate_from, "skip": RUNS[w.run_id].skip_simple_layers},
         # the code this job runs: the fine-tuning stage and the runners of the family's tasks, with all they import
-        code=lambda w: finetune_code(w.family, finetune_settings(CFG, RUNS[w.run_id], w.family)["tasks"]),
+        code=lambda w: family_code(w.family, tuple(finetune_settings(CFG, RUNS[w.run_id], w.family)["tasks"])),
     threads: cluster.threads(CFG, "finetune")
     resources:
         **cluster.job_resources(CFG, "finetune"),
