@@ -12,7 +12,8 @@ family_code = cache(lambda family, tasks: finetune_code(family, tasks))
 
 rule finetune:
     input:
-        data_inputs("tasks", "tokenizer"),
+        data_inputs("tokenizer"),
+        lambda w: task_set_inputs(w.family),  # the family's own task sets only
         model=model_of,
     output:
         "results/{profile}/runs/{run_id}/{family}.json",
