@@ -109,9 +109,9 @@ for _name, _entry in TASK_SETS.items():
                   "tasks": {f: CFG["finetune"][f]["tasks"] for f in _entry["families"]}},
             code=code_version("data"),
         log:
-            f"logs/{PROFILE}/data_tasks/{_name}.log",
+            f"logs/{PROFILE}/data_tasks_{_name}.log",
         benchmark:
-            f"benchmarks/{PROFILE}/data_tasks/{_name}.tsv",
+            f"benchmarks/{PROFILE}/data_tasks_{_name}.tsv",
         localrule: True
         shell:
             f"leanlm data tasks {{P}} {_families} > {{log:q}} 2>&1"
