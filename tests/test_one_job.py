@@ -99,6 +99,21 @@ def test_one_pretraining_job_leaves_git_clean(project):
     assert status == "", f"the run changed files git tracks or sees:\n{status}"
 
 
+@pytest.mark.slow
+def test_task_set_jobs_build_their_own_familys_folders(project):
+    """Two task-set jobs in one run (the rules are made in a loop: each job must run its own family)."""
+    root, _ = project
+    out = _snakemake(project, "data/smoke/tasks/copa", "data/smoke/tasks/sst2")
+    assert _data_jobs(out) == {"data_tasks_glue", "data_tasks_superglue"}, out[-3000:]
+    built = sorted(p.name for p in (root / "data" / "smoke" / "tasks").iterdir())
+    assert built == sorted(["sst2", "stsb", "mrpc", "copa", "multirc"]), built
+    for log, family in (("data_tasks_glue.log", "glue"), ("data_tasks_superglue.log", "superglue")):
+        assert "data tasks (smoke, packaged)" in (root / "logs" / "smoke" / log).read_text(), family
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
+                            capture_output=True, text=True, check=True).stdout
+    assert status == "", f"the run changed files git tracks or sees:\n{status}"
+
+
 @pytest.mark.xfail(strict=True, reason="check_combinations lists the attention names through leanlm.modeling."
                    "config.known_attention_names, which imports the model library (torch) to fill its registries: "
                    "lazy folder registries (issue 25, item 2) remove it; then drop this mark")

@@ -297,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     # register: enter the profile in dvc_stages.yaml, so that DVC defines its stages (`leanlm share push` runs it).
     p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks", "corpora", "tokenizers", "register"])
     # Snakemake's data_tasks_<set> rules build one task set each (leanlm.data.stages.task_sets)
-    p.add_argument("--family", action="append", default=None, help="tasks stage: only this family's task sets "
-                   "(repeatable); without it, every family's")
+    p.add_argument("--family", nargs="+", default=None, help="tasks stage: only these families' task sets; "
+                   "without it, every family's")
     _params_arg(p)
     p.set_defaults(func=cmd_data)
 

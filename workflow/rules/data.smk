@@ -94,8 +94,9 @@ rule data:
 
 # One rule per task set (built from raw/ and the corpus: the stand-ins and lm-eval's local tasks), with the
 # settings of its families' tasks as params: a changed GLUE task list rebuilds GLUE's sets only.
+# The shell command names its families through params: Snakemake runs the command's expression when the job
+# runs, after this loop has ended, so it must not read the loop's variables.
 for _name, _entry in TASK_SETS.items():
-    _families = " ".join(f"--family {shlex.quote(f)}" for f in _entry["families"])
 
     rule:
         name: f"data_tasks_{_name}"
@@ -108,13 +109,14 @@ for _name, _entry in TASK_SETS.items():
             data={"source": CFG["source"], "data": {"tasks": CFG["data"]["tasks"]},
                   "tasks": {f: CFG["finetune"][f]["tasks"] for f in _entry["families"]}},
             code=code_version("data"),
+            families=_entry["families"],
         log:
             f"logs/{PROFILE}/data_tasks_{_name}.log",
         benchmark:
             f"benchmarks/{PROFILE}/data_tasks_{_name}.tsv",
         localrule: True
         shell:
-            f"leanlm data tasks {{P}} {_families} > {{log:q}} 2>&1"
+            "leanlm data tasks {P} --family {params.families:q} > {log:q} 2>&1"
 
 
 # One rule per kind (DVC stage corpora@<profile> / tokenizers@<profile>, leanlm.data.pretrain_data), so a
