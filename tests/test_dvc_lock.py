@@ -5,7 +5,7 @@
   profile moved to 2048 did);
 - every stage DVC defines in a clone has a lock entry, so a bare `dvc pull` has no stage to fail on: DVC
   defines the stages of the profiles dvc_stages.yaml lists (the smoke profile's; the paper profile's need
-  the hub, and `leanlm data register` enters them where they are built), and registering a profile makes
+  the hub, and `leanlm data register`, run by `leanlm share push`, enters them where they are shared), and registering a profile makes
   DVC define its stages;
 - Snakemake's `.snakemake_timestamp` marker, which it writes into every directory output, is DVC-ignored,
   so it never makes `dvc status` report a data stage modified.

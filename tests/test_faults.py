@@ -263,7 +263,7 @@ def test_a_new_profile_listed_in_dvc_yaml_is_valid(scratch_root, capsys):
     dvc.write_text(yaml.safe_dump(doc, sort_keys=False))
     code, out = validate(other, capsys)
     assert code == 0, out
-    # DVC's own view of dvc.yaml once the profile is registered (as the data rule does before `dvc repro`):
+    # DVC's own view of dvc.yaml once the profile is registered (as `leanlm share push` does before `dvc commit`):
     # the data stages of `other` read params/other.yaml
     from dvc.repo import Repo
 

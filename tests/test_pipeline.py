@@ -198,8 +198,8 @@ def built(project, build_log):
 
 def test_jobs_run_through_the_warm_leanlm(project, build_log):
     """Every job of the local run was forked from the fork server (leanlm.forkserver), none refused: each
-    job's log (logs/smoke/...) ends with the usage its forked command reported; the data job ran
-    `leanlm data register` and, through `dvc repro`, one command per DVC stage."""
+    job's log (logs/smoke/...) ends with the usage its forked command reported; the data job ran one command
+    per stage it builds (fetch, corpus, tokenizer), each task set's job one."""
     root, _ = project
     assert "leanlm: fork server ready" in build_log
     logs = sorted((root / "logs" / "smoke").rglob("*.log"))
@@ -207,10 +207,9 @@ def test_jobs_run_through_the_warm_leanlm(project, build_log):
     for log in logs:
         lines = log.read_text().splitlines()
         assert not any("not using the fork server" in line for line in lines), log
-        if log.name != "data.log":
-            assert lines and forkserver.parse_usage(lines[-1]), log
+        assert lines and forkserver.parse_usage(lines[-1]), log
     data = (root / "logs" / "smoke" / "data.log").read_text().splitlines()
-    assert sum(1 for line in data if forkserver.parse_usage(line)) == 1 + 4
+    assert sum(1 for line in data if forkserver.parse_usage(line)) == 3
 
 
 def test_full_run_renders_tables_from_real_runs(built):
@@ -430,14 +429,17 @@ def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_pat
     shutil.copy(ROOT / ".gitignore", root / ".gitignore")
     shutil.copy(ROOT / ".dvc" / ".gitignore", root / ".dvc" / ".gitignore")
     smoke_stages = [f"{stage}@smoke" for stage in ("fetch", "corpus", "tokenizer", "tasks")]
-    assert any((root / "data" / "smoke").rglob(".snakemake_timestamp"))  # Snakemake's marker, DVC-ignored:
-    assert "up to date" in _run(root, env, "dvc", "status", *smoke_stages)  # the data stages are unchanged
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "built")
     bash(root, env, add_remote.replace("/mnt/shared/leanlm-dvc", str(remote)))
     _git(root, "commit", "-qam", "the remote")  # "commit .dvc/config"
+    assert not (root / "dvc.lock").exists()  # the run built the data without DVC: it locked nothing
     out = bash(root, env, push)
     assert "models/smoke.dvc" in out and "results/smoke.dvc" in out
+    # the push registered the profile and locked its data as built: DVC finds it up to date beside
+    # Snakemake's .snakemake_timestamp markers (DVC-ignored)
+    assert any((root / "data" / "smoke").rglob(".snakemake_timestamp"))
+    assert "up to date" in _run(root, env, "dvc", "status", *smoke_stages)
     bash(root, env, commit)
     assert not subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
     assert planned_jobs(built) == {}  # `dvc add` left the building machine's outputs as Snakemake knows them

@@ -26,6 +26,10 @@ TARGETS = (f"results/smoke/runs/{RUN}/glue.json", "hyperparameter_tables")
 HEAVY = {"data", "data_corpora", "data_tokenizers", "pretrain", "finetune"}
 
 
+def heavy(rule: str) -> bool:
+    return rule in HEAVY or rule.startswith("data_tasks_")  # one data rule per task set (data_tasks_glue ...)
+
+
 def job_blocks(output: str) -> list[dict[str, str]]:
     """The jobs Snakemake announced on the terminal: rule, and the block's fields (log, benchmark, ...)."""
     jobs = []
@@ -45,18 +49,18 @@ def terminal(project):  # noqa: F811
 def test_every_job_writes_its_log_and_heavy_jobs_a_benchmark(project, terminal):  # noqa: F811
     root, _ = project
     jobs = [job for job in job_blocks(terminal) if "output" in job]  # hyperparameter_tables only collects
-    assert {job["rule"] for job in jobs} == {"data", "pretrain", "finetune", "params_table"}
+    assert {job["rule"] for job in jobs} == {"data", "data_tasks_glue", "pretrain", "finetune", "params_table"}
     for job in jobs:
         log = job["log"]
         assert log.startswith(f"logs/smoke/{job['rule']}"), job
         assert (root / log).stat().st_size > 0, log
-        if job["rule"] in HEAVY:
+        if heavy(job["rule"]):
             assert (root / job["benchmark"]).is_file(), job
             assert Path(job["benchmark"]).with_suffix("").parts[2:] == Path(log).with_suffix("").parts[2:]
         else:
             assert "benchmark" not in job, job
     assert sorted((root / "benchmarks" / "smoke").rglob("*.tsv")) == sorted(
-        root / job["benchmark"] for job in jobs if job["rule"] in HEAVY)
+        root / job["benchmark"] for job in jobs if heavy(job["rule"]))
 
 
 @pytest.mark.slow
@@ -70,12 +74,12 @@ def test_every_rule_has_a_log_and_the_heavy_ones_a_benchmark(project):  # noqa: 
     jobs += job_blocks(snakemake(project, "-n", "-F", "data/paper/tokenizers", "data/paper/corpora/slimpajama",
                                  "--configfile", "params/paper.yaml"))
     jobs = [job for job in jobs if "output" in job]  # all, analytic, hyperparameter_tables only collect
-    assert {"data", "data_corpora", "data_tokenizers", "pretrain", "finetune", "aggregate", "render_table",
-            "params_table", "analytic_table", "analytic_figure", "pdf"} <= {job["rule"] for job in jobs}
+    assert {"data", "data_tasks_glue", "data_corpora", "data_tokenizers", "pretrain", "finetune", "aggregate",
+            "render_table", "params_table", "analytic_table", "analytic_figure", "pdf"} <= {job["rule"] for job in jobs}
     for job in jobs:
         profile = "paper" if job["rule"] in ("data_corpora", "data_tokenizers") else "smoke"
         assert job.get("log", "").startswith(f"logs/{profile}/{job['rule']}"), job
-        assert (job["rule"] in HEAVY) == ("benchmark" in job), job
+        assert heavy(job["rule"]) == ("benchmark" in job), job
 
 
 @pytest.mark.slow
@@ -91,13 +95,13 @@ def test_terminal_shows_snakemakes_progress_and_the_logs_the_jobs_output(project
     assert [line.split(":")[1].split("[")[0].strip() for line in pretrain if line.startswith(f"pretrain {RUN}:")] == [
         "0% 0/6", "100% 6/6"]
     assert "INFO leanlm.stages.finetune" in logs[f"finetune/{RUN}/glue.log"]
-    assert "Running stage 'tokenizer@smoke'" in logs["data.log"]
+    assert "data tokenizer (smoke, packaged)" in logs["data.log"] and "data tasks (smoke" in logs["data_tasks_glue.log"]
 
 
 @pytest.mark.slow
 def test_every_leanlm_command_forked_from_the_warm_leanlm(project, terminal):  # noqa: F811
-    """Each delegated command ends its log with its own usage; the data job runs `leanlm data register` and,
-    through `dvc repro`, four."""
+    """Each delegated command ends its log with its own usage; the data job runs three (`leanlm data fetch`,
+    `corpus`, `tokenizer`)."""
     root, _ = project
     assert "leanlm: fork server ready" in terminal
     for log in (root / "logs").rglob("*.log"):
@@ -105,7 +109,7 @@ def test_every_leanlm_command_forked_from_the_warm_leanlm(project, terminal):  #
         assert "not using the fork server" not in text, log
         reported = [line for line in text.splitlines() if forkserver.parse_usage(line)]
         if log.name == "data.log":
-            assert len(reported) == 1 + 4, text
+            assert len(reported) == 3 and text.splitlines()[-1] == reported[-1], text
         else:
             assert text.splitlines()[-1] == reported[0] and len(reported) == 1, log
 
@@ -116,8 +120,8 @@ def test_summary_of_the_benchmarks(project, terminal):  # noqa: F811
     bench, logs = root / "benchmarks" / "smoke", root / "logs" / "smoke"
     assert "leanlm: benchmarks of the jobs so far: benchmarks/smoke/summary.md" in terminal
     jobs = read_benchmarks(bench, logs).set_index(["rule", "job"])
-    assert sorted(jobs.index) == [("data", ""), ("finetune", f"{RUN}/glue"), ("pretrain", RUN)]
-    assert list(jobs["forked"]) == [1 + 4, 1, 1]  # data: register, then one command per DVC stage
+    assert sorted(jobs.index) == [("data", ""), ("data_tasks_glue", ""), ("finetune", f"{RUN}/glue"), ("pretrain", RUN)]
+    assert list(jobs["forked"]) == [3, 1, 1, 1]  # data: fetch, corpus, tokenizer
     for (rule, job), row in jobs.iterrows():
         snakemake_row = pd.read_csv(bench / rule / f"{job}.tsv" if job else bench / f"{rule}.tsv", sep="\t")
         own = [forkserver.parse_usage(line) for line in (logs / (f"{rule}/{job}" if job else rule)).with_suffix(
@@ -127,7 +131,7 @@ def test_summary_of_the_benchmarks(project, terminal):  # noqa: F811
         assert row["cpu_s"] >= sum(u["cpu_time"] for u in own) > 0
         assert row["max_rss_mib"] >= max(u["max_rss"] for u in own) > 0
     rules = pd.read_csv(bench / "summary.csv").set_index("rule")
-    assert set(rules.index) == {"data", "pretrain", "finetune"} and rules["jobs"].sum() == 3
+    assert set(rules.index) == {"data", "data_tasks_glue", "pretrain", "finetune"} and rules["jobs"].sum() == 4
     assert rules.loc["pretrain", "cpu_s"] == pytest.approx(jobs.loc[("pretrain", RUN), "cpu_s"], abs=0.01)
     text = (bench / "summary.md").read_text()
     assert "## Per rule" in text and f"| finetune | {RUN}/glue |" in text

@@ -76,7 +76,7 @@ def cmd_data(args) -> None:
         return
     from leanlm.data.plumbing.stages import run_stage
 
-    run_stage(args.stage, _config(args))
+    run_stage(args.stage, _config(args), args.family)
 
 
 def cmd_pretrain(args) -> None:
@@ -286,9 +286,10 @@ def cmd_share(args) -> None:
     from leanlm import share
     from leanlm.paths import project_root
 
-    root, profile = project_root(), _config(args)["profile"]
+    root, config = project_root(), _config(args)
+    profile = config["profile"]
     if args.action == "push":
-        added = share.push(root, profile, args.remote)
+        added = share.push(root, config, args.remote)
         print("pushed; commit these with dvc.lock and dvc_stages.yaml: " + " ".join(added))
     else:
         print(f"pulled; {share.pull(root, profile, args.remote)} outputs carry their Snakemake records again")
@@ -303,11 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
     _params_arg(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("data", help="one data stage (run by `dvc repro`)")
+    p = sub.add_parser("data", help="one data stage (run by Snakemake's data rules, and by `dvc repro`)")
     # corpora / tokenizers: a profile's named pretraining data (data.corpora, data.tokenizers; paper: SlimPajama,
-    # Pythia's and RoBERTa's BPE: leanlm.data.pretrain_data), DVC's stages corpora@ / tokenizers@.
-    # register: enter the profile in dvc_stages.yaml, so that DVC defines its stages (the data rules run it first).
+    # Pythia's and RoBERTa's BPE), DVC's stages corpora@ / tokenizers@.
+    # register: enter the profile in dvc_stages.yaml, so that DVC defines its stages (`leanlm share push` runs it).
     p.add_argument("stage", choices=["fetch", "corpus", "tokenizer", "tasks", "corpora", "tokenizers", "register"])
+    # Snakemake's data_tasks_<set> rules build one task set each (leanlm.data.plumbing.stages.task_sets)
+    p.add_argument("--family", nargs="+", default=None, help="tasks stage: only these families' task sets; "
+                   "without it, every family's")
     _params_arg(p)
     p.set_defaults(func=cmd_data)
 

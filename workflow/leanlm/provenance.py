@@ -7,6 +7,11 @@ import, read statically from the sources (:func:`import_closure`). So editing on
 reruns only the fine-tuning jobs that use it, and editing a chapter-2 renderer only chapter 2's tables.
 :func:`code_version` hashes whole subpackages (the data stages, which DVC tracks by folder too).
 Content hashes (not file times) so a fresh ``git clone`` or ``dvc checkout`` does not look like a change.
+
+Planning asks for several hundred fingerprints whose closures overlap almost wholly, so each file's
+place (:func:`_module_file`), imports and bytes are read once per process and each fingerprint is computed
+once per set of modules: every cache is keyed on, or checked against, the files' size and time, so a file
+edited while the process lives is read again (tests edit a variant and ask again).
 """
 
 from __future__ import annotations
@@ -37,16 +42,39 @@ def code_version(*subpackages: str) -> str:
     return digest.hexdigest()[:16]
 
 
+_FOUND: dict[str, Path] = {}  # module -> its source file, checked to exist again at each use (_stamp)
+
+
 def _module_file(module: str) -> Path | None:
     """The source file of leanlm module ``module`` (a package's ``__init__.py``), None if there is none."""
+    if module in _FOUND:
+        return _FOUND[module]
     parts = module.split(".")
     if parts[0] != PACKAGE:
         return None
     base = PACKAGE_DIR.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
+            _FOUND[module] = path
             return path
     return None
+
+
+def _stamp(module: str) -> tuple[Path, int, int] | None:
+    """``module``'s file with its modification time and size (None if it has none now): what the caches
+    below are keyed on. A file found earlier but since removed is looked up again."""
+    path = _module_file(module)
+    if path is None:
+        return None
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        _FOUND.pop(module, None)
+        path = _module_file(module)
+        if path is None:
+            return None
+        stat = path.stat()
+    return path, stat.st_mtime_ns, stat.st_size
 
 
 def _nearest_module(name: str) -> str | None:
@@ -83,30 +111,61 @@ def _direct_imports(module: str, mtime_ns: int) -> frozenset[str]:
     return frozenset(m for m in resolved if m and m != module)
 
 
-def import_closure(*modules: str) -> list[Path]:
-    """Source files of the leanlm ``modules`` (dotted names; ``"module:attr"`` is read as its module) and of
-    every leanlm module they import, directly or not: the code a job that runs them can execute."""
+def _closure_stamps(modules: tuple[str, ...]) -> list[tuple[Path, int, int]]:
+    """The stamps (:func:`_stamp`) of ``modules`` and of every leanlm module they import, directly or not."""
     todo = [m.partition(":")[0] for m in modules]
-    seen: set[str] = set()
+    seen: dict[str, tuple[Path, int, int]] = {}
     while todo:
         module = todo.pop()
         if module in seen:
             continue
-        path = _module_file(module)
-        if path is None:
+        stamp = _stamp(module)
+        if stamp is None:
             raise ValueError(f"code fingerprint: {module!r} is no module of {PACKAGE} ({PACKAGE_DIR})")
-        seen.add(module)
-        todo.extend(_direct_imports(module, path.stat().st_mtime_ns))
-    return sorted(_module_file(m) for m in seen)
+        seen[module] = stamp
+        todo.extend(_direct_imports(module, stamp[1]))
+    return sorted(seen.values())
+
+
+def import_closure(*modules: str) -> list[Path]:
+    """Source files of the leanlm ``modules`` (dotted names; ``"module:attr"`` is read as its module) and of
+    every leanlm module they import, directly or not: the code a job that runs them can execute."""
+    return [path for path, _, _ in _closure_stamps(modules)]
+
+
+@lru_cache(maxsize=None)
+def _source(path: Path, mtime_ns: int, size: int) -> bytes:
+    return path.read_bytes()
+
+
+@lru_cache(maxsize=None)
+def _digest(stamps: tuple[tuple[Path, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for path, mtime_ns, size in stamps:
+        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
+        digest.update(_source(path, mtime_ns, size))
+    return digest.hexdigest()[:16]
+
+
+_LAST: dict[tuple[str, ...], list[tuple[Path, int, int]]] = {}  # modules -> their closure's stamps when last asked
+
+
+def _fresh(stamps: list[tuple[Path, int, int]]) -> bool:
+    """Whether every file of a closure found earlier still has its size and time (its imports, so the
+    closure itself, are then unchanged too)."""
+    try:
+        return all((s := path.stat()).st_mtime_ns == mtime_ns and s.st_size == size for path, mtime_ns, size in stamps)
+    except FileNotFoundError:
+        return False
 
 
 def code_of(*modules: str) -> str:
-    """SHA-256 (first 16 hex digits) over :func:`import_closure` of ``modules``: what one job runs."""
-    digest = hashlib.sha256()
-    for path in import_closure(*modules):
-        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    """SHA-256 (first 16 hex digits) over :func:`import_closure` of ``modules``: what one job runs (each file's
+    path in the package, then its bytes, in path order)."""
+    stamps = _LAST.get(modules)
+    if stamps is None or not _fresh(stamps):
+        stamps = _LAST[modules] = _closure_stamps(modules)
+    return _digest(tuple(stamps))
 
 
 def hardware() -> str:

@@ -1,6 +1,9 @@
 """Sharing a profile's trained models and results through a DVC remote (``leanlm share push|pull``).
 
-The data stages are DVC's own (dvc.yaml, dvc.lock); the rest of a profile's outputs (``models/<profile>``,
+The data stages are DVC's own (dvc.yaml, dvc.lock), but a Snakemake run builds them without DVC (the same
+``leanlm data`` commands), so that running a job changes no file git tracks: ``push`` registers the profile
+with DVC (``dvc_stages.yaml``) and records its built data in ``dvc.lock`` (``dvc commit``), to be committed with
+the ``.dvc`` files. The rest of a profile's outputs (``models/<profile>``,
 ``results/<profile>`` with each run's ``pretrain.json``, ``paper_tables/<profile>``) are Snakemake's, and
 travel as three ``dvc add``-ed folders (``models/<profile>.dvc`` ... committed to git).
 
@@ -22,7 +25,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from leanlm.data.plumbing.dvc_profiles import dvc_profiles
+from leanlm.data.plumbing.dvc_profiles import dvc_profiles, register
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import write_json
 from leanlm.snakemake_records import METADATA, decode as _decode, record_path as _record_path
@@ -132,13 +135,27 @@ def _data_stages(root: Path, profile: str) -> list[str]:
     return stages
 
 
-def push(root: Path, profile: str, remote: str | None = None) -> list[str]:
-    """Record, ``dvc add`` and ``dvc push`` the profile's outputs and data; return the .dvc files to commit."""
+def lock_data(root: Path, config: dict) -> list[str]:
+    """Make DVC define the profile's data stages (``dvc_stages.yaml``, :func:`leanlm.data.dvc_profiles.register`)
+    and record the data as built in ``dvc.lock`` (``dvc commit``: hashes its dependencies and outputs, runs
+    nothing); return the stages. Snakemake's data rules build the data without DVC, so this is where the
+    tracked DVC files change: when a profile is shared, and they are committed with its ``.dvc`` files."""
+    register(config, root / "dvc.yaml")
+    stages = _data_stages(root, config["profile"])
+    _dvc(root, "commit", "--force", "--quiet", *stages)
+    return stages
+
+
+def push(root: Path, config: dict, remote: str | None = None) -> list[str]:
+    """Record, ``dvc add`` and ``dvc push`` the profile's outputs and data (locked first, :func:`lock_data`);
+    return the .dvc files to commit (with dvc.lock and dvc_stages.yaml)."""
+    profile = config["profile"]
     records = collect_records(root, profile)
     write_json(records_file(root, profile), records)
     folders = [f"{top}/{profile}" for top in SHARED_DIRS if (root / top / profile).is_dir()]
+    stages = lock_data(root, config)
     _dvc(root, "add", *folders)
-    targets = _data_stages(root, profile) + [f"{f}.dvc" for f in folders]
+    targets = stages + [f"{f}.dvc" for f in folders]
     _dvc(root, "push", *(["-r", remote] if remote else []), *targets)
     return [f"{f}.dvc" for f in folders]
 

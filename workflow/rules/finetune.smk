@@ -1,12 +1,17 @@
 # One job per (pretrained model, task family); the seeds run inside the job.
 # finetune_settings: the family's block with the experiment's variant laid over it (ch. 2: glue_ch2).
 
+
 from leanlm.runs import finetune_seeds, finetune_settings
 
+# A fine-tuning job's code is its family's stage, its tasks' runners and its run's model variants
+# (leanlm.job_code); leanlm.provenance hashes each distinct closure once per process, so the ~190 jobs of the
+# paper profile cost a few dozen hashes.
 
 rule finetune:
     input:
-        data_inputs("tasks", "tokenizer"),
+        data_inputs("tokenizer"),
+        lambda w: task_set_inputs(w.family),  # the family's own task sets only
         model=model_of,
     output:
         "results/{profile}/runs/{run_id}/{family}.json",

@@ -4,8 +4,9 @@
 
 rule pretrain:
     input:
-        # tasks: the translation objective trains on a task's train split.
-        data_inputs("corpus", "tokenizer", "tasks"),
+        data_inputs("corpus", "tokenizer"),
+        # the translation objective trains on a task's train split: its family's task sets (data.smk)
+        run_task_inputs,
         # ch. 4: the named corpus and tokenizer (SlimPajama, Pythia BPE) where the profile defines them, and
         # for FixedSeqQK runs the corpus of their fixed text (FineWeb).
         run_data_inputs,

@@ -4,12 +4,13 @@ the profiles whose stages DVC defines in this checkout (``dvc_stages.yaml``).
 DVC's data stages (``fetch@<profile>`` ... ``tasks@<profile>``) read ``params/<profile>.yaml`` (that a
 profile is that file, :func:`leanlm.config.load_config` checks), for the names dvc.yaml's ``vars`` list under
 ``profiles``. A profile missing from the list would pass every other check and fail only when Snakemake's
-``data`` job runs ``dvc repro``, after the jobs before it; :func:`check_dvc_profile` refuses it while the
+``data`` job runs, after the jobs before it; :func:`check_dvc_profile` refuses it while the
 workflow is parsed (and in ``leanlm validate``), before any job.
 
 dvc.yaml's ``foreach`` lists are not that list but ``dvc_stages.yaml``'s (a vars file): the profiles whose
-data was built here or came with the commit, each entered by :func:`register` (``leanlm data register``,
-which Snakemake's data rules run before ``dvc repro``). A stage DVC defines but never ran has no lock
+data was shared from here or came with the commit, each entered by :func:`register` (``leanlm data
+register``, which ``leanlm share push`` runs before it locks the data with ``dvc commit``; a Snakemake run
+builds the data without DVC and changes neither file). A stage DVC defines but never ran has no lock
 entry, and a bare ``dvc pull`` fails on it ("Checkout failed", exit 1): with the stages defined only once
 built, the committed ``dvc.lock`` records every stage a clone defines (``tests/test_dvc_lock.py``), and
 ``dvc pull`` pulls them all.
@@ -27,8 +28,8 @@ STAGES_FILE = "dvc_stages.yaml"  # beside dvc.yaml: the profiles whose stages DV
 STAGED, STAGED_NAMED = "staged", "staged_named"  # its lists: the four data stages; corpora and tokenizers
 _HEADER = """\
 # The profiles whose data stages DVC defines in this checkout (dvc.yaml's foreach lists read this file):
-# `leanlm data register` adds a profile when its data is first built (Snakemake's data rules run it before
-# `dvc repro`). Commit it with dvc.lock: a clone then defines exactly the stages the lock records, so a bare
+# `leanlm data register` adds a profile when its data is first shared (`leanlm share push` runs it, then
+# locks the data with `dvc commit`). Commit it with dvc.lock: a clone then defines exactly the stages the lock records, so a bare
 # `dvc pull` finds no stage without a lock entry (leanlm/data/plumbing/dvc_profiles.py).
 """
 
@@ -69,7 +70,7 @@ def staged_profiles(dvc_file: Path) -> dict[str, list[str]]:
 def register(config: dict, dvc_file: str | Path) -> bool:
     """Enter the profile in ``dvc_stages.yaml`` (and, for a profile with named pretraining data, in its named
     list), so that DVC defines its stages; return whether the file changed. Written atomically, and only
-    when it changes; every data rule of a profile writes the same lists, so rules running at once agree."""
+    when it changes."""
     from leanlm.data.pretrain_data import DVC_PROFILES_VAR as NAMED
 
     path = Path(dvc_file)

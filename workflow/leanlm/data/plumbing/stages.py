@@ -10,7 +10,9 @@ half-written or stale mix of files behind.
 - corpus    -> corpus/{train,validation,test}.jsonl + STATS.json
 - tokenizer -> tokenizer/tokenizer.json + META.json
 - tasks     -> tasks/<task>/{train,validation,test}.jsonl + META.json for every finetune.*.tasks entry
-             (ch. 4's lm-eval families: tasks/lm_eval/, leanlm.lm_eval.stage)
+             (ch. 4's lm-eval families: tasks/lm_eval/, leanlm.lm_eval.stage); with ``families``
+             (``leanlm data tasks --family glue``, what Snakemake's ``data_tasks_<family>`` rules run) only
+             those families' folders, each replacing its old folder once the whole family is built
 
 Profiles that name pretraining data (``data.corpora``, ``data.tokenizers``: ch. 4's SlimPajama and
 Pythia BPE) have two more stages, ``corpora`` and ``tokenizers`` (:mod:`leanlm.data.pretrain_data`).
@@ -21,6 +23,8 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -82,11 +86,13 @@ def _check_raw_files(raw: Path, manifest: dict) -> None:
                             f"restore it (`dvc checkout`)")
 
 
-def _task_specs(config: dict) -> list:
+def _task_specs(config: dict, families=None) -> list:
     from leanlm.data.tasks import get_task
 
     specs = []
     for family, settings in _get(config, "finetune").items():
+        if families is not None and family not in families:
+            continue
         for name in settings.get("tasks", []):
             spec = get_task(name)
             if spec.family != family:
@@ -162,7 +168,24 @@ def heldout_fraction(config: dict) -> float:
     return check_heldout_fraction(_get(config, "data.tasks").get("heldout_fraction", 0.0))
 
 
-def stage_tasks(config: dict, out: Path) -> None:
+def task_sets(config: dict) -> dict[str, dict[str, list[str]]]:
+    """The profile's task sets as the tasks stage writes them, by the name of the set: for each family with
+    tasks, its ``families`` and the folders under ``tasks/`` it writes (``dirs``: one per task; the lm-eval
+    families share one set, the folder ``lm_eval``). Snakemake builds each set in its own job."""
+    from leanlm.data.lm_eval_stage import LM_EVAL_DIR, LM_EVAL_FAMILIES
+
+    sets: dict[str, dict[str, list[str]]] = {}
+    for family, settings in _get(config, "finetune").items():
+        if not settings.get("tasks"):
+            continue
+        name = LM_EVAL_DIR if family in LM_EVAL_FAMILIES else family
+        entry = sets.setdefault(name, {"families": [], "dirs": []})
+        entry["families"].append(family)
+        entry["dirs"] = [LM_EVAL_DIR] if name == LM_EVAL_DIR else list(settings["tasks"])
+    return sets
+
+
+def stage_tasks(config: dict, out: Path, families=None) -> None:
     from leanlm.data.splitting import task_rng
     from leanlm.data.task_sets import cap_splits, write_task
 
@@ -170,7 +193,7 @@ def stage_tasks(config: dict, out: Path) -> None:
     seed, max_train, max_eval = settings["seed"], settings["max_train_examples"], settings["max_eval_examples"]
     data = paths.data_dir(config["profile"])
     _raw_manifest(data, config["source"])
-    specs = _task_specs(config)
+    specs = _task_specs(config, families)
     if config["source"] == "packaged":
         from leanlm.data.families import glue_standins
         from leanlm.data.families.glue_standins import BuildContext, StandInSources, build_standin
@@ -183,7 +206,8 @@ def stage_tasks(config: dict, out: Path) -> None:
 
     import_task_modules()
     # Ch. 4's lm-eval families have no task sets: lm-eval reads their tasks (local stand-ins written here).
-    build_lm_eval_dir(config, out)
+    if families is None or set(families) & set(LM_EVAL_FAMILIES):
+        build_lm_eval_dir(config, out)
     for spec in (s for s in specs if s.family not in LM_EVAL_FAMILIES):
         started = time.perf_counter()
         rng = task_rng(seed, spec.name)
@@ -204,8 +228,31 @@ def stage_tasks(config: dict, out: Path) -> None:
 _STAGE_FUNCTIONS = {"fetch": stage_fetch, "corpus": stage_corpus, "tokenizer": stage_tokenizer, "tasks": stage_tasks}
 
 
-def run_stage(stage: str, config: dict) -> None:
-    """Run one data stage for the profile ``config`` (the whole validated params dict).
+def _build_task_sets(config: dict, final: Path, families: list[str]) -> None:
+    """The tasks stage for ``families`` only: built in a scratch folder beside the other families' sets, then
+    each of its folders replaces its old one, so a killed job leaves every set whole (old or new)."""
+    from leanlm.io import scratch_dir
+
+    known = task_sets(config)
+    offered = {family for entry in known.values() for family in entry["families"]}
+    unknown = [family for family in families if family not in offered]
+    if unknown:
+        raise ConfigError(f"{config['_params_file']}: no task set of family {', '.join(map(repr, unknown))}: the "
+                          f"profile's finetune block lists tasks for {', '.join(sorted(offered)) or 'no family'}")
+    final.mkdir(parents=True, exist_ok=True)
+    with scratch_dir(final, "-".join(sorted(families))) as out:
+        stage_tasks(config, out, families)
+        for built in sorted(out.iterdir()):
+            target, old = final / built.name, final / f".{built.name}.old-{os.getpid()}"
+            if target.exists():
+                os.replace(target, old)
+            os.replace(built, target)
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def run_stage(stage: str, config: dict, families: list[str] | None = None) -> None:
+    """Run one data stage for the profile ``config`` (the whole validated params dict); the tasks stage for
+    ``families`` only where given.
 
     ``corpora`` and ``tokenizers`` prepare the profile's named pretraining data (ch. 4's SlimPajama and
     Pythia BPE: :mod:`leanlm.data.pretrain_data`)."""
@@ -221,8 +268,13 @@ def run_stage(stage: str, config: dict) -> None:
     source = _get(config, "source")
     if source not in ("packaged", "hub"):
         raise ConfigError(f"key source = {source!r}; allowed: 'packaged', 'hub'")
+    if families and stage != "tasks":
+        raise ConfigError(f"the {stage} stage has no families (--family is for the tasks stage)")
     final = paths.data_dir(_get(config, "profile")) / STAGE_DIRS[stage]
     started = time.perf_counter()
-    with staged_dir(final) as out:
-        _STAGE_FUNCTIONS[stage](config, out)
+    if families:
+        _build_task_sets(config, final, families)
+    else:
+        with staged_dir(final) as out:
+            _STAGE_FUNCTIONS[stage](config, out)
     log.info("data %s (%s, %s): %.1f s -> %s", stage, config["profile"], source, time.perf_counter() - started, final)
