@@ -42,20 +42,24 @@ def code_version(*subpackages: str) -> str:
     return digest.hexdigest()[:16]
 
 
-_FOUND: dict[str, Path] = {}  # module -> its source file, checked to exist again at each use (_stamp)
+# (package folder, module) -> the module's source file, checked to exist again at each use (_stamp). Keyed by
+# the folder too, so that fingerprinting another copy of the sources (PACKAGE_DIR set by a test) never
+# returns this copy's files.
+_FOUND: dict[tuple[Path, str], Path] = {}
 
 
 def _module_file(module: str) -> Path | None:
     """The source file of leanlm module ``module`` (a package's ``__init__.py``), None if there is none."""
-    if module in _FOUND:
-        return _FOUND[module]
+    key = (PACKAGE_DIR, module)
+    if key in _FOUND:
+        return _FOUND[key]
     parts = module.split(".")
     if parts[0] != PACKAGE:
         return None
     base = PACKAGE_DIR.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
-            _FOUND[module] = path
+            _FOUND[key] = path
             return path
     return None
 
@@ -69,7 +73,7 @@ def _stamp(module: str) -> tuple[Path, int, int] | None:
     try:
         stat = path.stat()
     except FileNotFoundError:
-        _FOUND.pop(module, None)
+        _FOUND.pop((PACKAGE_DIR, module), None)
         path = _module_file(module)
         if path is None:
             return None

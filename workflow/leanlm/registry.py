@@ -126,8 +126,18 @@ class FolderRegistry(DottedRegistry[T]):
         return Path(list(spec.submodule_search_locations)[0])
 
     def _folder_targets(self) -> dict[str, str]:
-        return {path.stem: f"{self.package}.{path.stem}:{self.attr}"
-                for path in sorted(self.folder().glob("*.py")) if not path.name.startswith("_")}
+        return {stem: f"{self.package}.{stem}:{self.attr}" for stem in _module_stems(self.folder(), "*.py")}
+
+
+def _module_stems(folder: Path, pattern: str) -> tuple[str, ...]:
+    """The plug-in modules of ``folder`` (files matching ``pattern``, not starting with ``_``), listed once
+    while the folder is unchanged (a file added or removed changes its time): planning asks ~1,000 times."""
+    return _listing(str(folder), folder.stat().st_mtime_ns, pattern)
+
+
+@lru_cache(maxsize=None)
+def _listing(folder: str, mtime_ns: int, pattern: str) -> tuple[str, ...]:
+    return tuple(p.stem for p in sorted(Path(folder).glob(pattern)) if not p.name.startswith("_"))
 
 
 @lru_cache(maxsize=None)
@@ -179,9 +189,9 @@ class VariantRegistry(DottedRegistry[T]):
 
     def _declared_targets(self) -> dict[str, str]:
         targets: dict[str, str] = {}
-        for path in sorted(self.folder().glob(self.pattern)):
-            if path.name.startswith("_"):
-                continue
+        folder = self.folder()
+        for stem in _module_stems(folder, self.pattern):
+            path = folder / f"{stem}.py"
             for name, cls in _declared(str(path), path.stat().st_mtime_ns, self.decorator):
                 target = f"{self.package}.{path.stem}:{cls}"
                 if name in targets:
@@ -192,3 +202,57 @@ class VariantRegistry(DottedRegistry[T]):
     def module_of(self, name: str) -> str:
         """The dotted module that defines variant ``name`` (ConfigError if unknown): what a job runs."""
         return self.target(name).partition(":")[0]
+
+    def declared(self, name: str, attribute: str):
+        """The literal value variant ``name``'s class gives ``attribute`` (in its body, else in a base class's,
+        followed through the sources), read without importing anything: what planning may ask of a variant
+        (e.g. a mixer's ``qk_stream``) without the model library. ConfigError where it is not a literal."""
+        module, _, cls = self.target(name).partition(":")
+        found = _class_attribute(module, cls, attribute, set())
+        if found is _ABSENT:
+            raise ConfigError(f"{self.kind} {name!r}: {module}.{cls} sets no literal {attribute!r} in its class or "
+                              f"its bases' (it is read from the sources, not run)")
+        return found
+
+
+_ABSENT = object()
+
+
+@lru_cache(maxsize=None)
+def _parsed(path: str, mtime_ns: int) -> ast.Module:
+    """A source file's syntax tree, parsed once while the file is unchanged."""
+    return ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+
+
+def _class_attribute(module: str, cls: str, attribute: str, seen: set):
+    """``attribute``'s literal value in class ``cls`` of leanlm module ``module``, else in its bases (defined
+    in that module or imported into it by ``from X import Base``), from the sources; _ABSENT if none."""
+    if (module, cls) in seen or not module.startswith("leanlm."):
+        return _ABSENT
+    seen.add((module, cls))
+    # The file from the module's name (importlib's find_spec would import the parent packages, and with them
+    # torch): leanlm's sources lie beside this file.
+    base = Path(__file__).resolve().parent.joinpath(*module.split(".")[1:])
+    source = next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+    if source is None:
+        return _ABSENT
+    tree = _parsed(str(source), source.stat().st_mtime_ns)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    if node is None:
+        return _ABSENT
+    for item in node.body:
+        targets = item.targets if isinstance(item, ast.Assign) else [item.target] if isinstance(item, ast.AnnAssign) \
+            and item.value is not None else []
+        if any(isinstance(t, ast.Name) and t.id == attribute for t in targets):
+            try:
+                return ast.literal_eval(item.value)
+            except ValueError:
+                return _ABSENT
+    imported = {alias.asname or alias.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom)
+                and n.module and n.level == 0 for alias in n.names}
+    for base in node.bases:
+        if isinstance(base, ast.Name):
+            found = _class_attribute(imported.get(base.id, module), base.id, attribute, seen)
+            if found is not _ABSENT:
+                return found
+    return _ABSENT

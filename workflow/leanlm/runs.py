@@ -150,12 +150,12 @@ def runs(config: dict) -> list[Run]:
 def reads_fixed_text(fields: Mapping) -> bool:
     """Whether a run's model fields (``Run.model``) build a model that needs a fixed text: a Qwen decoder
     whose simple layers are FixedSeqQK (what :func:`leanlm.training.fixed_sequence.needs_fixed_text` tells
-    of the built model). The model library (torch) is imported only once runs are resolved."""
+    of the built model). The mixer's ``qk_stream`` is read from its source, so planning imports no torch."""
     from leanlm.modeling.layouts import SIMPLE, layer_kinds
-    from leanlm.modeling.mixers import MIXERS
+    from leanlm.modeling.variants import MIXERS
 
     name = fields.get("attention")
-    if fields.get("backbone") != "qwen" or name not in MIXERS or MIXERS.get(name).qk_stream != "text":
+    if fields.get("backbone") != "qwen" or name not in MIXERS or MIXERS.declared(name, "qk_stream") != "text":
         return False
     try:
         return SIMPLE in layer_kinds(fields.get("layout", "uniform"), fields["n_layers"])

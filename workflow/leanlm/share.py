@@ -136,7 +136,7 @@ def _data_stages(root: Path, profile: str) -> list[str]:
 
 
 def lock_data(root: Path, config: dict) -> list[str]:
-    """Make DVC define the profile's data stages (``dvc_stages.yaml``, :func:`leanlm.data.dvc_profiles.register`)
+    """Make DVC define the profile's data stages (``dvc_stages.yaml``, :func:`leanlm.data.plumbing.dvc_profiles.register`)
     and record the data as built in ``dvc.lock`` (``dvc commit``: hashes its dependencies and outputs, runs
     nothing); return the stages. Snakemake's data rules build the data without DVC, so this is where the
     tracked DVC files change: when a profile is shared, and they are committed with its ``.dvc`` files."""

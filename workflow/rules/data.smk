@@ -11,7 +11,7 @@
 
 from leanlm.data.plumbing.dvc_profiles import check_dvc_profile
 from leanlm.data.pretrain_data import NAMED_KINDS, STAGE_CODE
-from leanlm.data.stages import task_sets
+from leanlm.data.plumbing.stages import task_sets
 from leanlm.data.tasks import get_task
 from leanlm.runs import named_pretrain_data
 

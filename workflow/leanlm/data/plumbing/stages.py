@@ -172,7 +172,7 @@ def task_sets(config: dict) -> dict[str, dict[str, list[str]]]:
     """The profile's task sets as the tasks stage writes them, by the name of the set: for each family with
     tasks, its ``families`` and the folders under ``tasks/`` it writes (``dirs``: one per task; the lm-eval
     families share one set, the folder ``lm_eval``). Snakemake builds each set in its own job."""
-    from leanlm.data.lm_eval_stage import LM_EVAL_DIR, LM_EVAL_FAMILIES
+    from leanlm.lm_eval.stage import LM_EVAL_DIR, LM_EVAL_FAMILIES
 
     sets: dict[str, dict[str, list[str]]] = {}
     for family, settings in _get(config, "finetune").items():
