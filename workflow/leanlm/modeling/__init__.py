@@ -5,7 +5,7 @@
 """
 
 from leanlm.modeling.attention import ATTENTION, Attention, build_attention
-from leanlm.modeling.checkpoint import export_hf, load_model, read_checkpoint_meta, save_checkpoint
+from leanlm.modeling.checkpoint import load_model, read_checkpoint_meta, save_checkpoint
 from leanlm.modeling.config import PRESETS, ModelConfig
 from leanlm.modeling.counting import (
     attention_formula,
@@ -21,6 +21,6 @@ from leanlm.modeling.models import MODELS, build_model, register_model, transfer
 __all__ = [
     "ATTENTION", "Attention", "build_attention", "ModelConfig", "PRESETS", "BertEncoder",
     "BertForMLM", "BertForSequenceClassification", "MODELS", "build_model", "register_model", "transfer_backbone", "save_checkpoint",
-    "load_model", "read_checkpoint_meta", "export_hf", "attention_parameters",
+    "load_model", "read_checkpoint_meta", "attention_parameters",
     "model_attention_parameters", "total_parameters", "embedding_parameters", "attention_formula",
 ]
