@@ -36,6 +36,11 @@ def test_a_hash_embedding_model_is_refused_and_nothing_is_written(tmp_path, head
     assert "embedding='hash_proj' cannot be exported" in done.stderr, done.stderr
     assert not (tmp_path / "hf").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder left behind
+    if head == "shuffle_random":  # docs/export.md shows this very message for ch2_hashformers-lsh_proj
+        shown = (ROOT / "docs" / "export.md").read_text(encoding="utf-8").split("leanlm export-hf: error:")[1]
+        shown = " ".join(shown.split("```")[0].split())
+        said = done.stderr.strip().split("leanlm export-hf: error: ", 1)[1]
+        assert said.replace(str(tmp_path / "ckpt"), "models/smoke/ch2_hashformers-lsh_proj") == shown
 
 
 @pytest.mark.parametrize("fields, head, says", [
