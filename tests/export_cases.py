@@ -53,6 +53,8 @@ VARIANTS = {
                            rope_theta=1e6), "causal_lm", end_of_text_bpe),
     "qwen-standard-gqa-untied": (dict(backbone="qwen", type_vocab_size=0, attention="standard", n_kv_heads=2,
                                       tie_word_embeddings=False, layout="hybrid"), "causal_lm", end_of_text_bpe),
+    "qwen-standard-qk_norm": (dict(backbone="qwen", type_vocab_size=0, attention="standard", qk_norm=True,
+                                   n_kv_heads=2), "causal_lm", end_of_text_bpe),
 }
 HF_CLASSES = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
               "causal_lm": "AutoModelForCausalLM"}

@@ -92,6 +92,7 @@ def test_the_stock_classes(round_trips):
     assert classes["gpt2-causal_lm"] == "GPT2LMHeadModel"
     assert classes["gpt2-classification"] == "GPT2ForSequenceClassification"
     assert classes["qwen-standard"] == classes["qwen-standard-gqa-untied"] == "Qwen2ForCausalLM"
+    assert classes["qwen-standard-qk_norm"] == "Qwen3ForCausalLM"
 
 
 HFLM = """

@@ -8,7 +8,8 @@ backbone    heads (checkpoint kind)     transformers class
 ==========  ==========================  ==============================================================
 bert        mlm, classification         BertForMaskedLM, BertForSequenceClassification (MHA only)
 gpt2        causal_lm, classification   GPT2LMHeadModel, GPT2ForSequenceClassification (MHA only)
-qwen        causal_lm                   Qwen2ForCausalLM (ch. 4's Standard decoder)
+qwen        causal_lm                   Qwen2ForCausalLM (ch. 4's Standard decoder), Qwen3ForCausalLM
+                                        when it has q/k norms (qk_norm, the 1.7B)
 ==========  ==========================  ==============================================================
 
 :func:`hf_layout` checks every config field first (:func:`~leanlm.modeling.hf_layout.fields.check_fields`)
@@ -28,9 +29,11 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hf_layout.bert import BERT, hf_bert
 from leanlm.modeling.hf_layout.fields import Target, check_fields
 from leanlm.modeling.hf_layout.gpt2 import GPT2, hf_gpt2
-from leanlm.modeling.hf_layout.qwen2 import QWEN2, hf_qwen2
+from leanlm.modeling.hf_layout.qwen2 import QWEN2, QWEN3, hf_qwen2, hf_qwen3
 
 TARGETS: dict[str, Target] = {t.backbone: t for t in (BERT, GPT2, QWEN2)}
+# Ch. 4's Standard decoder with q/k norms (the 1.7B) is a Qwen3 rather than a Qwen2.
+QK_NORM_TARGETS: dict[str, Target] = {"qwen": QWEN3}
 # Backbones with no stock class, and why (messages of the refusal).
 NO_STOCK_CLASS = {
     "transformer": "the Vaswani encoder-decoder (ch. 3's translation model) has no stock transformers class "
@@ -41,7 +44,7 @@ NO_STOCK_CLASS = {
 def target_of(config: ModelConfig, kind: str, where: str) -> tuple[Target, str]:
     """The target and transformers class a ``kind`` model of ``config`` exports to; ConfigError naming the
     backbone, head or field that has none."""
-    target = TARGETS.get(config.backbone)
+    target = (QK_NORM_TARGETS if config.qk_norm else TARGETS).get(config.backbone, TARGETS.get(config.backbone))
     if target is None:
         reason = NO_STOCK_CLASS.get(config.backbone, "it has no stock transformers class")
         raise ConfigError(f"{where}: backbone={config.backbone!r} cannot be exported: {reason}")
@@ -57,4 +60,4 @@ def hf_layout(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], d
     return target.build(model, where)
 
 
-__all__ = ["TARGETS", "target_of", "hf_layout", "hf_bert", "hf_gpt2", "hf_qwen2"]
+__all__ = ["TARGETS", "QK_NORM_TARGETS", "target_of", "hf_layout", "hf_bert", "hf_gpt2", "hf_qwen2", "hf_qwen3"]

@@ -1,4 +1,5 @@
-"""ch. 4's Standard decoder in transformers' Qwen2 layout (``Qwen2ForCausalLM``).
+"""ch. 4's Standard decoder in transformers' Qwen2 layout (``Qwen2ForCausalLM``), or Qwen3's
+(``Qwen3ForCausalLM``) when it has q/k norms (``qk_norm``, the 1.7B).
 
 A leanlm Qwen decoder whose every layer is standard attention (``attention: standard``; the layout then
 changes nothing) is Qwen2.5 parameter for parameter, under Qwen2's own names (leanlm.modeling.qwen):
@@ -83,4 +84,27 @@ QWEN2 = Target(
         "n_decoder_layers": only(0, says="an encoder-decoder's decoder has no place in Qwen2"),
     },
     build=hf_qwen2,
+)
+
+
+def hf_qwen3(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``(config.json fields, weights by Hugging Face name)`` of a Standard decoder with ``qk_norm`` (the 1.7B
+    of ch. 4) as a Qwen3: per-head RMSNorm on Q and K before RoPE, no QKV bias (leanlm drops it with qk_norm,
+    as Qwen3 does), the head size given explicitly; the names are Qwen2's plus ``q_norm`` / ``k_norm``."""
+    config: ModelConfig = model.config
+    cls = check_fields(config, QWEN3, model_kind(model), where)
+    fields = {**qwen2_config_fields(config), "model_type": "qwen3", "architectures": [cls],
+              "head_dim": config.head_dim, "attention_bias": False, "sliding_window": None, "use_cache": True}
+    return fields, {k: v.contiguous() for k, v in qwen2_tensors(model).items()}
+
+
+QWEN3 = Target(
+    backbone="qwen",
+    family="Qwen3",
+    classes={"causal_lm": "Qwen3ForCausalLM"},
+    carried=QWEN2.carried | {"head_dim"},  # Qwen3's config has head_dim
+    unused=QWEN2.unused,
+    pinned={**{k: v for k, v in QWEN2.pinned.items() if k not in ("qk_norm", "head_dim")},
+            "qk_norm": only(True, says="Qwen3 always normalises q and k (qk_norm=False is a Qwen2)")},
+    build=hf_qwen3,
 )
