@@ -1,4 +1,5 @@
-"""Checkpoints: round trips, corrupt/missing files, MLM -> classifier, Hugging Face export."""
+"""Checkpoints: round trips, corrupt/missing files, MLM -> classifier (the Hugging Face export:
+test_export_hf.py, test_export_hf_roundtrip.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from leanlm.errors import ConfigError, TrainingError
 from leanlm.modeling.checkpoint import (
     CONFIG_NAME,
     WEIGHTS_NAME,
-    export_hf,
     load_model,
     read_checkpoint_meta,
     save_checkpoint,
@@ -112,46 +112,3 @@ def test_corrupt_or_missing_files_raise_training_error_naming_them(tmp_path):
     (directory / CONFIG_NAME).unlink()
     with pytest.raises(TrainingError, match=f"{directory / CONFIG_NAME}.*missing"):
         load_model(directory)
-
-
-def test_export_hf_loads_in_transformers_with_same_outputs(tmp_path):
-    from transformers import BertForMaskedLM, BertForSequenceClassification as HFClassifier, BertModel
-
-    torch.manual_seed(2)
-    config = ModelConfig(**TINY, dropout=0.0, attention_dropout=0.0)
-    mlm = trained_like(BertForMLM(config))
-    save_checkpoint(mlm, config, tmp_path / "mlm")
-    export_hf(tmp_path / "mlm", tmp_path / "hf_mlm")
-    hf_config = json.loads((tmp_path / "hf_mlm" / CONFIG_NAME).read_text())
-    assert hf_config["model_type"] == "bert"
-
-    ids, mask, types = batch(3)
-    ours_seq = mlm.encoder(ids, mask, types)[0]
-    hf_mlm = BertForMaskedLM.from_pretrained(tmp_path / "hf_mlm").eval()
-    with torch.no_grad():
-        hf_out = hf_mlm(input_ids=ids, attention_mask=mask, token_type_ids=types,
-                        output_hidden_states=True)
-    real = mask.bool()
-    torch.testing.assert_close(hf_out.hidden_states[-1][real], ours_seq[real], atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(hf_out.logits[real], mlm(ids, mask, types)["logits"][real],
-                               atol=1e-4, rtol=1e-4)
-    hf_model = BertModel.from_pretrained(tmp_path / "hf_mlm").eval()
-    with torch.no_grad():
-        hidden = hf_model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
-    torch.testing.assert_close(hidden[real], ours_seq[real], atol=1e-5, rtol=1e-4)
-
-    clf = trained_like(BertForSequenceClassification(config, num_labels=2))
-    save_checkpoint(clf, config, tmp_path / "clf")
-    export_hf(tmp_path / "clf", tmp_path / "hf_clf")
-    hf_clf = HFClassifier.from_pretrained(tmp_path / "hf_clf").eval()
-    with torch.no_grad():
-        hf_logits = hf_clf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
-    torch.testing.assert_close(hf_logits, clf(ids, mask, types)["logits"], atol=1e-5, rtol=1e-4)
-
-
-def test_export_hf_refuses_attention_hf_does_not_have(tmp_path):
-    config = ModelConfig(**TINY, attention="mhe_mul")
-    save_checkpoint(BertForMLM(config), config, tmp_path / "mhe")
-    with pytest.raises(ConfigError, match="'mhe_mul' cannot be exported"):
-        export_hf(tmp_path / "mhe", tmp_path / "hf")
-    assert not (tmp_path / "hf" / WEIGHTS_NAME).exists()

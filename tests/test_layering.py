@@ -37,6 +37,7 @@ FLOORS = (
     ("matrix", ("leanlm.runs", "leanlm.record_settings")),  # the runs a profile resolves to
     ("evaluation", ("leanlm.evaluation",)),  # metrics and scoring, from predictions or a model
     ("data", ("leanlm.data",)),  # sources, task families, tokenizer, pretraining corpora
+    ("export", ("leanlm.export",)),  # a checkpoint and its tokenizer in transformers' layout (export-hf)
     ("lm_eval", ("leanlm.lm_eval",)),  # ch. 4's lm-eval tasks, stand-ins, mirror and adapter
     ("data stages", ("leanlm.data.plumbing.stages", "leanlm.data.fixtures", "leanlm.data.plumbing.mirror_fill")),  # DVC's commands
     ("training engine", ("leanlm.training",)),

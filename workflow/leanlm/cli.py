@@ -276,7 +276,7 @@ def cmd_fixtures(args) -> None:
 
 
 def cmd_export_hf(args) -> None:
-    from leanlm.modeling.checkpoint import export_hf
+    from leanlm.export import export_hf
 
     export_hf(args.checkpoint, args.out)
     print(args.out)

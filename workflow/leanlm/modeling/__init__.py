@@ -14,7 +14,7 @@ import importlib
 
 _EXPORTS = {
     "leanlm.modeling.attention": ("ATTENTION", "Attention", "build_attention"),
-    "leanlm.modeling.checkpoint": ("export_hf", "load_model", "read_checkpoint_meta", "save_checkpoint"),
+    "leanlm.modeling.checkpoint": ("load_model", "read_checkpoint_meta", "save_checkpoint"),
     "leanlm.modeling.config": ("PRESETS", "ModelConfig"),
     "leanlm.modeling.counting": ("attention_formula", "attention_parameters", "embedding_parameters",
                                  "model_attention_parameters", "total_parameters"),

@@ -8,8 +8,7 @@ atomically, weights first: a directory with a config.json always has complete we
 records the SHA-256 of the weights as written, and loading checks it: damaged bytes are refused by name
 instead of giving a model that fine-tunes to NaN.
 
-:func:`export_hf` writes a Hugging Face BERT layout for MHA models, so they load in
-``transformers.BertForMaskedLM`` / ``BertForSequenceClassification`` / ``BertModel``.
+The export to ``transformers``' layout is :mod:`leanlm.export` (``leanlm export-hf``).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +23,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from leanlm.errors import ConfigError, LeanLMError, TrainingError
+from leanlm.errors import ConfigError, TrainingError
 from leanlm.io import atomic_path, sha256_file, write_json
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model, head_of, model_class, transfer_backbone
-from leanlm.modeling.vocab import unpadded_state_dict
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -46,7 +43,7 @@ def model_kind(model: nn.Module) -> str:
                         f"leanlm.modeling.models.MODELS") from None
 
 
-def _deduplicated_state(model: nn.Module, state: dict[str, torch.Tensor] | None = None
+def deduplicated_state(model: nn.Module, state: dict[str, torch.Tensor] | None = None
                         ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """State dict (``state``, default the model's) with each shared tensor once, and ``{alias: stored
     key}`` for the others."""
@@ -69,7 +66,7 @@ def save_checkpoint(model: nn.Module, config: ModelConfig, directory: str | os.P
     """Write ``model.safetensors`` and ``config.json`` into ``directory`` atomically; returns it."""
     directory = Path(directory)
     kind = model_kind(model)
-    tensors, aliases = _deduplicated_state(model)
+    tensors, aliases = deduplicated_state(model)
     with atomic_path(directory / WEIGHTS_NAME, suffix=".safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
         digest = sha256_file(tmp)
@@ -171,108 +168,3 @@ def load_model(directory: str | os.PathLike, kind: str | None = None,
         raise TrainingError(f"checkpoint weights {directory / WEIGHTS_NAME} do not fit its config "
                             f"(kind={kind}, num_labels={num_labels}): {err}") from None
     return model
-
-
-# --------------------------------------------------------------------------- Hugging Face export
-# Our parameter names -> Hugging Face BERT's. Order matters only for readability.
-_HF_RENAMES: list[tuple[str, str]] = [
-    (r"^encoder\.embeddings\.norm\.", "bert.embeddings.LayerNorm."),
-    (r"^encoder\.embeddings\.", "bert.embeddings."),
-    (r"^encoder\.layers\.(\d+)\.attention\.(query|key|value)\.", r"bert.encoder.layer.\1.attention.self.\2."),
-    (r"^encoder\.layers\.(\d+)\.attention\.output\.", r"bert.encoder.layer.\1.attention.output.dense."),
-    (r"^encoder\.layers\.(\d+)\.attention_norm\.", r"bert.encoder.layer.\1.attention.output.LayerNorm."),
-    (r"^encoder\.layers\.(\d+)\.intermediate\.", r"bert.encoder.layer.\1.intermediate.dense."),
-    (r"^encoder\.layers\.(\d+)\.output\.", r"bert.encoder.layer.\1.output.dense."),
-    (r"^encoder\.layers\.(\d+)\.output_norm\.", r"bert.encoder.layer.\1.output.LayerNorm."),
-    (r"^encoder\.pooler\.dense\.", "bert.pooler.dense."),
-    (r"^transform\.dense\.", "cls.predictions.transform.dense."),
-    (r"^transform\.norm\.", "cls.predictions.transform.LayerNorm."),
-    (r"^decoder\.bias$", "cls.predictions.bias"),
-    (r"^classifier\.", "classifier."),
-]
-
-
-def _hf_name(key: str) -> str:
-    for pattern, replacement in _HF_RENAMES:
-        new, count = re.subn(pattern, replacement, key)
-        if count:
-            return new
-    raise KeyError(f"no Hugging Face name for parameter {key!r}")
-
-
-def _hf_config(config: ModelConfig, kind: str, num_labels: int | None) -> dict[str, Any]:
-    hf: dict[str, Any] = {
-        "model_type": "bert",
-        "architectures": ["BertForMaskedLM" if kind == "mlm" else "BertForSequenceClassification"],
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.d_model,
-        "num_hidden_layers": config.n_layers,
-        "num_attention_heads": config.n_heads,
-        "intermediate_size": config.d_ff,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": config.dropout,
-        "attention_probs_dropout_prob": config.attention_dropout,
-        "max_position_embeddings": config.max_position,
-        "type_vocab_size": config.type_vocab_size,
-        "initializer_range": config.initializer_range,
-        "layer_norm_eps": config.layer_norm_eps,
-        "pad_token_id": config.pad_token_id,
-        "position_embedding_type": "absolute",
-        "tie_word_embeddings": True,
-    }
-    if kind == "classification":
-        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-        hf["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
-        if num_labels == 1:
-            hf["problem_type"] = "regression"
-    return hf
-
-
-def check_hf_bert(config: ModelConfig, where: str) -> None:
-    """Raise ConfigError saying why a model of ``config`` has no Hugging Face BERT equivalent, if it has none:
-    only MHA models with ``n_heads * head_dim == d_model``, learned positions and token types, and BERT's
-    position numbering map."""
-    if config.attention != "mha":
-        raise ConfigError(f"{where}: attention={config.attention!r} cannot be exported to "
-                          f"Hugging Face BERT, which has no such attention (only 'mha' maps)")
-    if config.n_heads * config.head_dim != config.d_model:
-        raise ConfigError(f"{where}: n_heads*head_dim={config.n_heads * config.head_dim} != "
-                          f"d_model={config.d_model}; Hugging Face BERT requires them equal")
-    if config.positions != "learned" or config.type_vocab_size == 0:
-        raise ConfigError(f"{where}: positions={config.positions!r}, type_vocab_size={config.type_vocab_size} "
-                          f"has no Hugging Face BERT equivalent, which has learned position and token-type tables")
-    if config.position_offset != 0:
-        raise ConfigError(f"{where}: position_offset={config.position_offset} (RoBERTa-style) "
-                          f"has no Hugging Face BERT equivalent; only BERT numbering (0) exports")
-
-
-def hf_bert(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """``(config.json fields, weights by Hugging Face name)`` of a BERT model (MLM or classifier) in
-    Hugging Face BERT's layout, in memory: what :func:`export_hf` writes, and what the GPU check's
-    ``transformers`` twin is built from (:mod:`leanlm.modeling.hf_twins`)."""
-    config: ModelConfig = model.config
-    check_hf_bert(config, where)
-    # Hugging Face's tables have vocab_size rows: the padded ones (leanlm.modeling.vocab) stay behind.
-    tensors, _ = _deduplicated_state(model, unpadded_state_dict(model))
-    try:
-        hf_tensors = {_hf_name(k): v for k, v in tensors.items() if k != "decoder.weight"}
-    except KeyError as err:
-        raise LeanLMError(f"{where}: {err.args[0]}; the exporter does not know this layer") from None
-    return _hf_config(config, model_kind(model), getattr(model, "num_labels", None)), hf_tensors
-
-
-def export_hf(directory: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Write the checkpoint in ``directory`` as a Hugging Face BERT model into ``out_dir``.
-
-    Only models :func:`check_hf_bert` accepts have a Hugging Face equivalent; anything else raises
-    ConfigError saying why.
-    """
-    directory, out_dir = Path(directory), Path(out_dir)
-    meta = read_checkpoint_meta(directory)
-    check_hf_bert(ModelConfig.from_dict(meta["model"], where=str(directory)), str(directory))
-    model = load_model(directory, kind=meta["kind"])
-    hf_config, hf_tensors = hf_bert(model, str(directory))
-    with atomic_path(out_dir / WEIGHTS_NAME, suffix=".safetensors") as tmp:
-        save_file(hf_tensors, str(tmp), metadata={"format": "pt"})
-    write_json(out_dir / CONFIG_NAME, hf_config)
-    return out_dir

@@ -1,9 +1,9 @@
 """``transformers`` twins of leanlm's models: the same function in Hugging Face's code, with the same weights.
 
 A twin is how a leanlm model is checked against an implementation it did not write: the BERT MLM model
-against ``transformers.BertForMaskedLM`` (weights through the BERT export's name map,
-:func:`leanlm.modeling.checkpoint.hf_bert`), and the standard Qwen decoder of ch. 4 against
-``transformers.Qwen2ForCausalLM`` (a standard model's parameter names are Qwen2's already). With dropout 0
+against ``transformers.BertForMaskedLM`` and the standard Qwen decoder of ch. 4 against
+``transformers.Qwen2ForCausalLM``, their weights through the same maps the export writes
+(:mod:`leanlm.modeling.hf_layout`: BERT's names, Qwen2's, which a standard model has already). With dropout 0
 both compute the same loss on the same batch up to float rounding; tests/test_hf_twins.py checks it on the
 CPU in fp32, and the GPU check (leanlm.benchmarks.gpucheck) trains both side by side in bf16.
 
@@ -21,7 +21,6 @@ from torch import nn
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.vocab import unpadded_state_dict
 
 # Parameters of the Hugging Face models that hold no weights of their own: tied to another tensor on
 # construction (BERT's decoder shares the word embeddings and its bias is cls.predictions.bias).
@@ -59,7 +58,8 @@ def bert_twin(model: nn.Module) -> HFTwin:
     """``transformers.BertForMaskedLM`` with ``model``'s weights (a leanlm BERT MLM model with MHA)."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from leanlm.modeling.checkpoint import hf_bert, model_kind
+    from leanlm.modeling.checkpoint import model_kind
+    from leanlm.modeling.hf_layout import hf_bert
 
     if model_kind(model) != "mlm":
         raise ConfigError(f"bert_twin: a BERT MLM model is needed, got a {model_kind(model)!r} model")
@@ -85,41 +85,19 @@ def check_qwen2_twin(config: ModelConfig) -> None:
                           f"d_model={config.d_model}; Qwen2 derives its head size from them")
 
 
-def qwen2_config_fields(config: ModelConfig) -> dict[str, Any]:
-    """``transformers.Qwen2Config`` keyword arguments of a standard leanlm Qwen decoder."""
-    check_qwen2_twin(config)
-    return {
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.d_model,
-        "intermediate_size": config.d_ff,
-        "num_hidden_layers": config.n_layers,
-        "num_attention_heads": config.n_heads,
-        "num_key_value_heads": config.kv_heads,
-        "hidden_act": "silu",
-        "max_position_embeddings": config.max_position,
-        "initializer_range": config.initializer_range,
-        "rms_norm_eps": config.layer_norm_eps,
-        "tie_word_embeddings": config.tie_word_embeddings,
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
-        "use_sliding_window": False,
-        "attention_dropout": config.attention_dropout,
-        "use_cache": False,
-    }
-
-
 def qwen2_twin(model: nn.Module) -> HFTwin:
     """``transformers.Qwen2ForCausalLM`` with a standard leanlm Qwen decoder's weights."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from leanlm.modeling.hf_layout.qwen2 import qwen2_config_fields, qwen2_tensors
 
     config: ModelConfig = model.config
     if config.dropout:
         # Qwen2 has no residual dropout: with it the two would compute different functions in training.
         raise ConfigError(f"qwen2_twin: dropout={config.dropout}; Qwen2 has no residual dropout, set 0")
+    check_qwen2_twin(config)
     hf = Qwen2ForCausalLM(Qwen2Config(**qwen2_config_fields(config)))
-    # Qwen2's tables have vocab_size rows: the padded ones (leanlm.modeling.vocab) stay behind.
-    tensors = {k: v.detach().to("cpu") for k, v in unpadded_state_dict(model).items()}
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    if config.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)
-    _load(hf, tensors, tied, "qwen2_twin")
+    # Qwen2's tables have vocab_size rows: the padded ones (leanlm.modeling.vocab) stay behind.
+    _load(hf, qwen2_tensors(model), tied, "qwen2_twin")
     return HFTwin(hf.to(next(model.parameters()).device))

@@ -1,0 +1,111 @@
+"""Tiny leanlm checkpoints saved the way pretraining saves them (leanlm.stages.pretrain: ``save_checkpoint``
+with ``extra`` run id and profile, the run's ``tokenizer.json`` beside), for the export tests, and the
+fresh-process harness in which ``transformers`` loads an export with leanlm not importable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from leanlm.data.tokenizer import train_wordpiece
+from leanlm.modeling.checkpoint import save_checkpoint
+from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.models import build_model
+from leanlm.training.run_tokenizer import save_run_tokenizer
+
+TEXTS = ["the cat sat on the mat.", "a dog ran in the park, fast!", "hello world: this is leanlm",
+         "models in transformers' layout load anywhere", "padding rows never reach a logit"] * 8
+SIZES = dict(n_layers=2, d_model=32, n_heads=4, head_dim=8, d_ff=64, max_position=32, dropout=0.0,
+             attention_dropout=0.0)
+
+
+def wordpiece() -> Tokenizer:
+    """A BERT-style WordPiece (leanlm's own trainer): [PAD]=0 [UNK] [CLS] [SEP] [MASK]."""
+    return train_wordpiece(lambda: iter(TEXTS), 150, lowercase=True)
+
+
+def end_of_text_bpe() -> Tokenizer:
+    """A byte-level BPE whose only special token is <|endoftext|>, as GPT-2's and Pythia's (ch. 4)."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(TEXTS, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tokenizer
+
+
+# name -> (model fields, head, tokenizer): every variant with a stock transformers class.
+VARIANTS = {
+    "bert-mlm": (dict(backbone="bert"), "mlm", wordpiece),
+    "bert-classification": (dict(backbone="bert"), "classification", wordpiece),
+    "gpt2-causal_lm": (dict(backbone="gpt2", type_vocab_size=0, layer_norm_eps=1e-5), "causal_lm", end_of_text_bpe),
+    "gpt2-causal_lm-untied": (dict(backbone="gpt2", type_vocab_size=0, tie_word_embeddings=False), "causal_lm",
+                              end_of_text_bpe),
+    "gpt2-classification": (dict(backbone="gpt2", type_vocab_size=0), "classification", end_of_text_bpe),
+    "qwen-standard": (dict(backbone="qwen", type_vocab_size=0, attention="standard", layer_norm_eps=1e-6,
+                           rope_theta=1e6), "causal_lm", end_of_text_bpe),
+    "qwen-standard-gqa-untied": (dict(backbone="qwen", type_vocab_size=0, attention="standard", n_kv_heads=2,
+                                      tie_word_embeddings=False, layout="hybrid"), "causal_lm", end_of_text_bpe),
+    "qwen-standard-qk_norm": (dict(backbone="qwen", type_vocab_size=0, attention="standard", qk_norm=True,
+                                   n_kv_heads=2), "causal_lm", end_of_text_bpe),
+}
+HF_CLASSES = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
+              "causal_lm": "AutoModelForCausalLM"}
+
+
+def trained_like(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Every weight moved off its init (biases, norms), so a map that dropped or swapped one shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return model.eval()
+
+
+def save_run(directory: Path, fields: dict, head: str, tokenizer: Tokenizer, run_id: str = "test-run"):
+    """A checkpoint as pretraining writes it; returns the (eval-mode) model."""
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    config = ModelConfig(**{**SIZES, "vocab_size": vocab, **fields})
+    assert config.vocab_rows > config.vocab_size  # the padded rows exist and must stay behind
+    kwargs = {"num_labels": 3} if head == "classification" else {}
+    model = trained_like(build_model(config, head, **kwargs))
+    save_checkpoint(model, config, directory, extra={"run_id": run_id, "profile": "nowhere"})
+    save_run_tokenizer(tokenizer, directory, keep=True)
+    return model
+
+
+# Prepended to every fresh-process script: leanlm cannot be imported there (it is installed editable in
+# the venv, so -I alone does not hide it), and the workflow folder is off sys.path.
+NO_LEANLM = textwrap.dedent("""
+    import sys
+    sys.path[:] = [p for p in sys.path if "workflow" not in p]
+    class _NoLeanLM:
+        def find_spec(self, name, path=None, target=None):
+            if name == "leanlm" or name.startswith("leanlm."):
+                raise ImportError("leanlm is not importable in this process")
+    sys.meta_path.insert(0, _NoLeanLM())
+    try:
+        import leanlm
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("leanlm is importable in the fresh process")
+""")
+
+
+def run_fresh(script: str, cwd: Path, payload: dict) -> dict:
+    """Run ``script`` in a fresh ``python -I`` (no PYTHONPATH, cwd ``cwd``, leanlm not importable) with
+    ``payload`` as the JSON in ``sys.argv[1]``; returns the JSON it prints last."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LEANLM_ROOT")}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-I", "-c", NO_LEANLM + textwrap.dedent(script), json.dumps(payload)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

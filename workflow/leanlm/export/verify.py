@@ -1,0 +1,50 @@
+"""The export's own check before it is published: ``transformers`` loads the written files and computes
+the leanlm model's logits on a batch, or nothing is published (leanlm.export.hf)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from leanlm.errors import LeanLMError
+
+# fp32 on the CPU: the two implementations differ by float rounding only (fused vs separate matmuls).
+ATOL = RTOL = 1e-4
+BATCH, LENGTH = 2, 8
+
+
+def probe_batch(config) -> dict[str, torch.Tensor]:
+    """A fixed batch of real ids (never the pad id: GPT-2's classifier finds each row's last token by it)."""
+    g = torch.Generator().manual_seed(0)
+    length = min(LENGTH, config.max_position - config.position_offset)
+    ids = torch.randint(0, config.vocab_size, (BATCH, length), generator=g)
+    ids[ids == config.pad_token_id] = (config.pad_token_id + 1) % config.vocab_size
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if config.backbone == "bert":
+        types = torch.zeros_like(ids)
+        types[:, length // 2:] = min(1, config.type_vocab_size - 1)
+        batch["token_type_ids"] = types
+    return batch
+
+
+@torch.no_grad()
+def check_written(model: nn.Module, directory: Path, cls: str, where: str) -> float:
+    """Load ``directory`` as transformers' ``cls`` and compare its logits with ``model``'s; returns the
+    largest difference, LeanLMError when it is beyond float rounding."""
+    import transformers
+
+    hf = getattr(transformers, cls).from_pretrained(str(directory)).float().eval()
+    model = model.float().eval()
+    batch = probe_batch(model.config)
+    ours = model(**batch)["logits"]
+    theirs = hf(**batch).logits
+    if theirs.shape != ours.shape:
+        raise LeanLMError(f"{where}: transformers' {cls} gives logits of shape {tuple(theirs.shape)}, leanlm "
+                          f"{tuple(ours.shape)}; nothing was written")
+    diff = float((theirs - ours).abs().max())
+    if not torch.allclose(theirs, ours, atol=ATOL, rtol=RTOL):
+        raise LeanLMError(f"{where}: transformers' {cls} loaded from the export computes other logits than "
+                          f"leanlm (largest difference {diff:.3g}); the layout map is wrong, nothing was written")
+    return diff
