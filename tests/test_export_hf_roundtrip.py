@@ -110,10 +110,7 @@ PAIRS = [["the cat sat on", " the mat."], ["hello world:", " this is leanlm"], [
 
 
 def test_lm_eval_hflm_scores_an_exported_decoder_as_leanlms_adapter(tmp_path):
-    # lm-eval's HF backend needs accelerate (lm-eval's "hf" extra), which the project's "lmeval" extra
-    # (lm-eval==0.4.13) does not install.
-    pytest.importorskip("accelerate", reason="lm_eval.models.huggingface.HFLM needs accelerate (pip install "
-                                             "'lm-eval[hf]==0.4.13')")
+    # lm-eval's HF backend needs accelerate, which the project's "lmeval" extra installs with lm-eval: no skip.
     from lm_eval.api.instance import Instance
 
     from leanlm.export import export_hf
