@@ -41,7 +41,7 @@ FLOORS = (
     ("data stages", ("leanlm.data.plumbing.stages", "leanlm.data.fixtures", "leanlm.data.plumbing.mirror_fill")),  # DVC's commands
     ("training engine", ("leanlm.training",)),
     ("ch. 2 hashing route", ("leanlm.hashing",)),  # hashers, codebooks and how a hash run's text becomes inputs
-    ("stages", ("leanlm.stages", "leanlm.plugins", "leanlm.objectives", "leanlm.runners")),
+    ("stages", ("leanlm.stages", "leanlm.plugins", "leanlm.objectives", "leanlm.runners", "leanlm.routes")),
     ("profile", ("leanlm.config", "leanlm.profile_checks")),  # a profile read and checked against the library
     ("reporting", ("leanlm.reporting", "leanlm.claims", "leanlm.budget", "leanlm.memory", "leanlm.memory_probe")),
     ("workflow", ("leanlm.snakemake_records", "leanlm.share", "leanlm.cli", "leanlm.job_code", "leanlm.cluster",

@@ -149,7 +149,7 @@ def runs(config: dict) -> list[Run]:
 
 def reads_fixed_text(fields: Mapping) -> bool:
     """Whether a run's model fields (``Run.model``) build a model that needs a fixed text: a Qwen decoder
-    whose simple layers are FixedSeqQK (what :func:`leanlm.training.fixed_sequence.needs_fixed_text` tells
+    whose simple layers are FixedSeqQK (what :func:`leanlm.routes.fixed_text.needs_fixed_text` tells
     of the built model). The model library (torch) is imported only once runs are resolved."""
     from leanlm.modeling.layouts import SIMPLE, layer_kinds
     from leanlm.modeling.mixers import MIXERS

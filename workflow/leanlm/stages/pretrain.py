@@ -53,7 +53,7 @@ from leanlm.training.distributed import (barrier, broadcast_object, cleanup_dist
                                          local_grad_accum, rank_zero_first)
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
-from leanlm.training.fixed_sequence import attach_fixed_sequence
+from leanlm.routes.fixed_text import attach_fixed_sequence
 from leanlm.hashing.codebook_streams import codebook_corpus
 from leanlm.hashing.inputs import (pretraining_tokenizer, save_inputs, uses_codebook, with_features,
                                          word_embedding_parameters)
