@@ -24,7 +24,7 @@ from leanlm.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = ROOT / "workflow" / "leanlm"
 # Plug-in folders: the folder is the registry, a file the registered name (chapters: a table's renderer).
-PLUGINS = ("leanlm.objectives", "leanlm.runners", "leanlm.reporting.ch2", "leanlm.reporting.ch3",
+PLUGINS = ("leanlm.objectives", "leanlm.runners", "leanlm.routes", "leanlm.reporting.ch2", "leanlm.reporting.ch3",
            "leanlm.reporting.ch4")
 CHAPTERS = ("leanlm.reporting.ch2", "leanlm.reporting.ch3", "leanlm.reporting.ch4")
 # The floors of the house, lowest first; a module's floor is the one naming its longest prefix. An import

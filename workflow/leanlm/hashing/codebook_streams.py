@@ -48,7 +48,8 @@ from leanlm.modeling.hash_features import codebook_settings
 from leanlm.training import eos_packing
 from leanlm.training.eos_packing import StreamRows, token_stream
 from leanlm.hashing.inputs import (Encoding, PieceCodebookTokenizer, _model_config, _tokenizer_for,
-                                         check_run_tokenizer, fit_codebook, subword_tokenizer)
+                                   check_run_tokenizer, fit_codebook)
+from leanlm.training.run_tokenizer import subword_tokenizer
 from leanlm.training.token_cache import cache_key, split_digest
 
 log = logging.getLogger(__name__)
