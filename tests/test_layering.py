@@ -30,9 +30,9 @@ CHAPTERS = ("leanlm.reporting.ch2", "leanlm.reporting.ch3", "leanlm.reporting.ch
 # The floors of the house, lowest first; a module's floor is the one naming its longest prefix. An import
 # may stay on its floor or go down, never up (a function-level import counts as much as a top-level one).
 FLOORS = (
-    ("foundation", ("leanlm", "leanlm.errors", "leanlm.paths", "leanlm.io", "leanlm.registry", "leanlm.schemas",
-                    "leanlm.progress", "leanlm.forkserver", "leanlm.run_summary", "leanlm.process_end",
-                    "leanlm.provenance")),
+    ("foundation", ("leanlm", "leanlm.errors", "leanlm.paths", "leanlm.io", "leanlm.scratch", "leanlm.registry",
+                    "leanlm.schemas", "leanlm.progress", "leanlm.forkserver", "leanlm.run_summary",
+                    "leanlm.process_end", "leanlm.provenance")),
     ("modeling", ("leanlm.modeling",)),
     ("matrix", ("leanlm.runs", "leanlm.record_settings")),  # the runs a profile resolves to
     ("evaluation", ("leanlm.evaluation",)),  # metrics and scoring, from predictions or a model

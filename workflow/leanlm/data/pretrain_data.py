@@ -49,7 +49,8 @@ from typing import Any, Iterable, Iterator, Mapping
 from leanlm import paths
 from leanlm.data.sources.packaged_raw import Document
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import sha256_file, staged_dir, write_json
+from leanlm.io import sha256_file, write_json
+from leanlm.scratch import staged_dir
 
 log = logging.getLogger(__name__)
 
