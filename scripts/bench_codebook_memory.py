@@ -29,7 +29,8 @@ mode, run_id, corpus, params = sys.argv[1:5]
 from leanlm.config import load_config
 from leanlm.runs import get_run, pretrain_settings
 from leanlm.hashing.codebook_streams import codebook_corpus
-from leanlm.hashing.inputs import _model_config, _tokenizer_for, corpus_token_counts, subword_tokenizer
+from leanlm.hashing.inputs import _model_config, _tokenizer_for, corpus_token_counts
+from leanlm.training.run_tokenizer import subword_tokenizer
 from leanlm.hashing import HashCodebook
 from leanlm.modeling.hash_features import codebook_settings
 from leanlm.training.objectives import pack_sequences

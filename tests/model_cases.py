@@ -25,7 +25,7 @@ from leanlm.modeling.mixers import MIXERS
 from leanlm.modeling.models import build_model
 from leanlm.plugins import OBJECTIVES
 from leanlm.runs import runs
-from leanlm.training.fixed_sequence import needs_fixed_text
+from leanlm.routes.fixed_text import needs_fixed_text
 
 BATCH, LENGTH, VOCAB = 2, 16, 96
 PAD = 4  # padded positions at the end of the batch's second row (the masked paths run too)

@@ -162,7 +162,7 @@ def bpe_project(scratch_root, tmp_path, monkeypatch):
 @pytest.mark.parametrize("run_id", ["ch2_hashformers-bert_mlm", "ch2_hashformers-bert_sr", "ch2_subword-md5_proj"])
 def test_pretrain_and_glue_with_roberta_bpe(bpe_project, run_id):
     from leanlm.stages.finetune import finetune
-    from leanlm.hashing.inputs import finetuning_tokenizer
+    from leanlm.plugins import input_route
     from leanlm.stages.pretrain import pretrain
 
     config = bpe_project
@@ -176,7 +176,7 @@ def test_pretrain_and_glue_with_roberta_bpe(bpe_project, run_id):
     model_dir = paths.models_dir("smoke") / run_id
     saved = load_tokenizer(model_dir / "tokenizer.json")  # the pieces, even for the hash run
     assert saved.get_vocab() == bpe.get_vocab() and special_token_id(saved, "cls") == 0
-    tokenizer = finetuning_tokenizer(config, run)
+    tokenizer = input_route(run).finetuning_tokenizer(config, run)
     if run.tokenizer == "profile":
         assert pre["model"]["vocab_size"] == bpe.get_vocab_size() and pre["model"]["pad_token_id"] == 1
         assert tokenizer.get_vocab() == bpe.get_vocab()
@@ -193,9 +193,9 @@ def test_pretrain_and_glue_with_roberta_bpe(bpe_project, run_id):
 
 
 def test_finetuning_needs_the_saved_tokenizer(bpe_project):
-    from leanlm.hashing.inputs import finetuning_tokenizer
+    from leanlm.plugins import input_route
 
     run = get_run(bpe_project, "ch2_hashformers-bert_sr")
     with pytest.raises(DataError, match=r"tokenizer.json is missing: run ch2_hashformers-bert_sr pretrains with "
                                         r"tokenizer 'roberta_bpe'"):
-        finetuning_tokenizer(bpe_project, run)
+        input_route(run).finetuning_tokenizer(bpe_project, run)

@@ -125,7 +125,7 @@ def test_lm_eval_metric_definitions():
 
 
 def test_fixed_sequence_is_the_first_long_enough_held_out_document():
-    from leanlm.training.fixed_sequence import fixed_sequence_ids
+    from leanlm.routes.fixed_text import fixed_sequence_ids
 
     class Chars:  # one token per character
         def encode(self, text, add_special_tokens=False):

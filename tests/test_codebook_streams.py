@@ -20,8 +20,8 @@ from leanlm.runs import get_run, pretrain_settings
 from leanlm.training import eos_packing
 from leanlm.hashing import codebook_streams
 from leanlm.hashing.codebook_streams import codebook_corpus
-from leanlm.hashing.inputs import (_model_config, _tokenizer_for, corpus_token_counts, subword_tokenizer,
-                                         with_features)
+from leanlm.hashing.inputs import _model_config, _tokenizer_for, corpus_token_counts, with_features
+from leanlm.training.run_tokenizer import subword_tokenizer
 from leanlm.training.objectives import pack_sequences
 from leanlm.plugins import OBJECTIVES
 from leanlm.training.text_batches import read_documents, tokenize_documents

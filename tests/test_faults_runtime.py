@@ -23,7 +23,8 @@ import torch
 from leanlm import paths
 from leanlm.config import load_config
 from leanlm.errors import OutputError, TrainingError
-from leanlm.io import atomic_path, build_once, write_error
+from leanlm.io import atomic_path, write_error
+from leanlm.scratch import build_once
 from leanlm.modeling.checkpoint import WEIGHTS_NAME, load_model, save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model

@@ -27,7 +27,7 @@ from leanlm.errors import ConfigError, DataError
 from leanlm.io import read_jsonl, write_jsonl
 from leanlm.runs import get_run, named_pretrain_data, runs
 from leanlm.runs import reads_fixed_text
-from leanlm.training.fixed_sequence import attach_fixed_sequence
+from leanlm.routes.fixed_text import attach_fixed_sequence
 from params_files import edit_yaml  # noqa: E402  (tests/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from leanlm.io import atomic_path, build_once, read_jsonl, write_json, write_jsonl
+from leanlm.io import atomic_path, read_jsonl, write_json, write_jsonl
+from leanlm.scratch import build_once
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):

@@ -24,15 +24,15 @@ from leanlm.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = ROOT / "workflow" / "leanlm"
 # Plug-in folders: the folder is the registry, a file the registered name (chapters: a table's renderer).
-PLUGINS = ("leanlm.objectives", "leanlm.runners", "leanlm.reporting.ch2", "leanlm.reporting.ch3",
+PLUGINS = ("leanlm.objectives", "leanlm.runners", "leanlm.routes", "leanlm.reporting.ch2", "leanlm.reporting.ch3",
            "leanlm.reporting.ch4")
 CHAPTERS = ("leanlm.reporting.ch2", "leanlm.reporting.ch3", "leanlm.reporting.ch4")
 # The floors of the house, lowest first; a module's floor is the one naming its longest prefix. An import
 # may stay on its floor or go down, never up (a function-level import counts as much as a top-level one).
 FLOORS = (
-    ("foundation", ("leanlm", "leanlm.errors", "leanlm.paths", "leanlm.io", "leanlm.registry", "leanlm.schemas",
-                    "leanlm.progress", "leanlm.forkserver", "leanlm.run_summary", "leanlm.process_end",
-                    "leanlm.provenance")),
+    ("foundation", ("leanlm", "leanlm.errors", "leanlm.paths", "leanlm.io", "leanlm.scratch", "leanlm.registry",
+                    "leanlm.schemas", "leanlm.progress", "leanlm.forkserver", "leanlm.run_summary",
+                    "leanlm.process_end", "leanlm.provenance")),
     ("modeling", ("leanlm.modeling",)),
     ("matrix", ("leanlm.runs", "leanlm.record_settings")),  # the runs a profile resolves to
     ("evaluation", ("leanlm.evaluation",)),  # metrics and scoring, from predictions or a model
@@ -42,7 +42,7 @@ FLOORS = (
     ("data stages", ("leanlm.data.plumbing.stages", "leanlm.data.fixtures", "leanlm.data.plumbing.mirror_fill")),  # DVC's commands
     ("training engine", ("leanlm.training",)),
     ("ch. 2 hashing route", ("leanlm.hashing",)),  # hashers, codebooks and how a hash run's text becomes inputs
-    ("stages", ("leanlm.stages", "leanlm.plugins", "leanlm.objectives", "leanlm.runners")),
+    ("stages", ("leanlm.stages", "leanlm.plugins", "leanlm.objectives", "leanlm.runners", "leanlm.routes")),
     ("profile", ("leanlm.config", "leanlm.profile_checks")),  # a profile read and checked against the library
     ("reporting", ("leanlm.reporting", "leanlm.claims", "leanlm.budget", "leanlm.memory", "leanlm.memory_probe")),
     ("workflow", ("leanlm.snakemake_records", "leanlm.share", "leanlm.cli", "leanlm.job_code", "leanlm.cluster",

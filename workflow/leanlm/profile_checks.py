@@ -19,7 +19,7 @@ from leanlm.schemas import read_params_yaml as _read_yaml
 from leanlm.schemas import schema as _schema
 from leanlm.errors import ConfigError
 from leanlm.runs import (BLOCKLESS_OBJECTIVES, DEFAULT_ATTENTION, Run, _pretrain_data_fields, _run_fields,
-                         finetune_settings, pretrain_settings, runs)
+                         check_run_tokenizer, finetune_settings, pretrain_settings, runs)
 
 # Named pretraining data (an experiment's ``pretrain_data``, ch. 4's SlimPajama and Pythia BPE, and the
 # corpus FixedSeqQK's fixed text comes from, FineWeb's sample-10BT, §4.3.4): the profile keys that define
@@ -213,8 +213,6 @@ def check_combinations(config: dict, path: Path) -> None:
 
             model_config = ModelConfig.from_dict({**m, "vocab_size": 1000}, where=f"run {run.run_id}")
             if run.objective != "hub":  # a hub checkpoint brings its own input format
-                from leanlm.hashing.tokenizers import check_run_tokenizer
-
                 check_run_tokenizer(run, model_config)  # hash embeddings <-> hash tokenizers
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None

@@ -5,7 +5,8 @@ profile's model size, drops the :func:`absent_runs` (hub-only runs in offline pr
 named pretraining data it reads; :func:`get_run` finds one by id. :func:`pretrain_settings`,
 :func:`finetune_settings`, :func:`finetune_seeds` and :func:`named_pretrain_data` give the blocks a run
 trains with (its variants laid over the profile's), which the pretrain/finetune/data rules pass as params;
-:func:`reads_fixed_text` whether a run's model needs FixedSeqQK's fixed text; :func:`public` the config
+:func:`reads_fixed_text` whether a run's model needs FixedSeqQK's fixed text, :func:`uses_codebook` whether
+it hashes its tokens (:func:`check_run_tokenizer`: only with a hash embedding); :func:`public` the config
 without the loader's keys.
 
 The config these functions take is one :func:`leanlm.config.load_config` returned: that module loads
@@ -27,6 +28,10 @@ RUN_ONLY_FIELDS = ("size", "evaluate_from", "skip_simple_layers", "objective", "
 # Objectives with no pretrain.<objective> block: `none` writes an initialised model (ProFormer is
 # trained from scratch on each task), `hub` saves a pretrained hub checkpoint (CANINE-C).
 BLOCKLESS_OBJECTIVES = ("none", "hub")
+# Run tokenizers whose ids are rows of a hash codebook (ch. 2's hashing route, leanlm.routes.hashing): a
+# setting of the run, read here so that choosing a run's input route (leanlm.plugins.route_name) needs no
+# model library.
+HASH_TOKENIZERS = ("hash", "hash_subword")
 # Objectives that train on a task of the run's fine-tuning families (objectives/translation.py,
 # translation_task: the first seq2seq task of its families): a subset may not narrow such an experiment's
 # families, which could change what its pretraining trains on while its job looks the same to Snakemake.
@@ -147,10 +152,30 @@ def runs(config: dict) -> list[Run]:
     return out
 
 
+def uses_codebook(run) -> bool:
+    """Whether run ``run`` hashes its tokens (ch. 2: its ids are hash-codebook rows)."""
+    return run.tokenizer in HASH_TOKENIZERS
+
+
+def check_run_tokenizer(run, config) -> None:
+    """A hash embedding needs a hash tokenizer and a hash tokenizer a hash embedding (ConfigError);
+    ``config`` is the run's ModelConfig. The model library is imported only when a run is checked."""
+    from leanlm.modeling.hash_features import embedding_features
+
+    hashed = bool(embedding_features(config))
+    if hashed and not uses_codebook(run):
+        raise ConfigError(f"run {run.run_id}: embedding {config.embedding!r} reads hash features, so its "
+                          f"tokenizer must be one of {HASH_TOKENIZERS}, not {run.tokenizer!r}")
+    if uses_codebook(run) and not hashed:
+        raise ConfigError(f"run {run.run_id}: tokenizer {run.tokenizer!r} makes codebook rows, which "
+                          f"embedding {config.embedding!r} cannot read; use a hash embedding or "
+                          f"tokenizer: profile")
+
+
 def reads_fixed_text(fields: Mapping) -> bool:
     """Whether a run's model fields (``Run.model``) build a model that needs a fixed text: a Qwen decoder
-    whose simple layers are FixedSeqQK (what :func:`leanlm.training.fixed_sequence.needs_fixed_text` tells
-    of the built model). The mixer's ``qk_stream`` is read from its source, so planning imports no torch."""
+    whose simple layers are FixedSeqQK (what :func:`leanlm.routes.fixed_text.needs_fixed_text` tells
+    of the built model). The mixer's ``qk_stream`` is read from its source, so planning imports no torch.
     from leanlm.modeling.layouts import SIMPLE, layer_kinds
     from leanlm.modeling.variants import MIXERS
 

@@ -9,7 +9,7 @@ params/experiments/ch4.yaml) and a profile may define those names; one that does
 pretrains those runs on its own corpus and tokenizer. FixedSeqQK's fixed text is "the first 2048 tokens
 from FineWeb-10BT" (§4.3.4), a corpus the model does not pretrain on: ``pretrain_data.fixed_text: fineweb``
 names it, and the paper profile's ``data.corpora.fineweb`` is a few thousand documents of FineWeb's
-sample-10BT, enough held-out text for it (:mod:`leanlm.training.fixed_sequence`). :func:`leanlm.runs.runs`
+sample-10BT, enough held-out text for it (:mod:`leanlm.routes.fixed_text`). :func:`leanlm.runs.runs`
 resolves the names (``Run.pretrain_corpus``/``pretrain_tokenizer``, "" for the profile's own;
 ``Run.fixed_text_corpus`` only for runs whose model reads a fixed text, "" for the pretraining corpus) and
 :func:`run_data` turns them into directories. Snakemake's pretrain job of a run depends on exactly the
@@ -49,7 +49,8 @@ from typing import Any, Iterable, Iterator, Mapping
 from leanlm import paths
 from leanlm.data.sources.packaged_raw import Document
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import sha256_file, staged_dir, write_json
+from leanlm.io import sha256_file, write_json
+from leanlm.scratch import staged_dir
 
 log = logging.getLogger(__name__)
 

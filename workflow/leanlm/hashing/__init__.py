@@ -9,8 +9,8 @@ what they ask of their inputs, :mod:`leanlm.modeling.hash_features`).
 - :mod:`~leanlm.hashing.codebook`: :class:`HashCodebook`, token rows with precomputed hashes,
   whose ``features(ids, names)`` are what the hash embeddings read
   (:func:`leanlm.modeling.hash_features.embedding_features`);
-- :mod:`~leanlm.hashing.tokenizers`: which runs hash their tokens (the codebook tokenizers);
-- :mod:`~leanlm.hashing.inputs`: how a hash run's text becomes model inputs (packing, features);
+- :mod:`~leanlm.hashing.inputs`: how a hash run's text becomes model inputs (packing, features), behind
+  the hashing input route (:mod:`leanlm.routes.hashing`; which runs take it: :func:`leanlm.runs.uses_codebook`);
 - :mod:`~leanlm.hashing.codebook_streams`: the codebook corpora as memory-mapped row-id streams.
 
 Names are imported lazily, so the NumPy-only hashers load without torch (a data-preparation

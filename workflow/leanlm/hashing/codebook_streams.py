@@ -20,7 +20,7 @@ the corpus is read twice from disk, ``ENCODE_CHUNK`` documents at a time, into t
    (hasher state, n-gram vocabulary and seed included) is recorded and checked when it is loaded.
 
 Both layers live under ``<cache>/codebooks/`` (outside ``data/``) and are written atomically and under
-:func:`leanlm.io.build_once`'s lock, so concurrent jobs build each once. The row streams are rebuilt when a
+:func:`leanlm.scratch.build_once`'s lock, so concurrent jobs build each once. The row streams are rebuilt when a
 stream is missing or disagrees with its record (size and SHA-256); the codebook's files are checked against
 the SHA-256 digests its ``codebook.json`` records (:meth:`HashCodebook.load`), and one altered is refused by
 name, as a codebook that disagrees with its ``fitted.json`` is. Memory then grows with the distinct tokens (the codebook: ~200 bytes
@@ -43,12 +43,14 @@ from leanlm import paths
 from leanlm.errors import DataError
 from leanlm.hashing.codebook import HashCodebook
 from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
-from leanlm.io import build_once, read_jsonl, write_json, write_jsonl
+from leanlm.io import read_jsonl, write_json, write_jsonl
+from leanlm.scratch import build_once
 from leanlm.modeling.hash_features import codebook_settings
 from leanlm.training import eos_packing
 from leanlm.training.eos_packing import StreamRows, token_stream
 from leanlm.hashing.inputs import (Encoding, PieceCodebookTokenizer, _model_config, _tokenizer_for,
-                                         check_run_tokenizer, fit_codebook, subword_tokenizer)
+                                   check_run_tokenizer, fit_codebook)
+from leanlm.training.run_tokenizer import subword_tokenizer
 from leanlm.training.token_cache import cache_key, split_digest
 
 log = logging.getLogger(__name__)

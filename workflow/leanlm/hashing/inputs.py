@@ -33,7 +33,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
@@ -42,11 +41,13 @@ from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_features import codebook_settings, embedding_features
 from leanlm.training.encoding import Encoding, assemble
-from leanlm.hashing.tokenizers import HASH_TOKENIZERS, check_run_tokenizer, uses_codebook
+from leanlm.runs import HASH_TOKENIZERS, check_run_tokenizer
+from leanlm.training.run_tokenizer import subword_tokenizer
 
 CODEBOOK_DIR = "codebook"
 
 Features = Callable[[torch.Tensor], dict]
+
 
 
 class CodebookTokenizer:
@@ -155,15 +156,6 @@ def corpus_token_counts(texts: Sequence[str], pieces=None) -> Counter:
     return Counter({pieces.id_to_token(int(i)): int(totals[i]) for i in np.flatnonzero(totals)})
 
 
-def subword_tokenizer(config: dict, run):
-    """The run's subword tokenizer: its named one (``Run.pretrain_tokenizer``, prepared in
-    data/<profile>/tokenizers/<name>/), else the profile's."""
-    from leanlm.data.pretrain_data import run_data
-    from leanlm.data.tokenizer import load_tokenizer
-
-    return load_tokenizer(run_data(config, run).tokenizer_dir if run.pretrain_tokenizer else config["profile"])
-
-
 def _tokenizer_for(run, codebook: HashCodebook, config: dict, pieces=None) -> CodebookTokenizer:
     if run.tokenizer == "hash_subword":
         return PieceCodebookTokenizer(pieces if pieces is not None else subword_tokenizer(config, run), codebook)
@@ -190,15 +182,11 @@ def fit_codebook(config: dict, run, train_path: str | Path, pieces=None) -> Hash
 
 
 def pretraining_tokenizer(config: dict, run):
-    """The tokenizer of a run that trains no model on packed text (ProFormer's ``none``) or of one that
-    packs through :func:`leanlm.stages.pretrain._pack`: its named one or the profile's
-    (:func:`subword_tokenizer`), or a fresh :class:`CodebookTokenizer` fitted on the training split
-    (packed hash runs take theirs, with its rows, from :func:`leanlm.hashing.codebook_streams.codebook_corpus`)."""
+    """The tokenizer of a hash run that trains no model on packed text (ProFormer's ``none``): a fresh
+    :class:`CodebookTokenizer` fitted on the training split (packed hash runs take theirs, with its rows,
+    from :func:`leanlm.hashing.codebook_streams.codebook_corpus`)."""
     from leanlm.data.pretrain_data import run_data
 
-    if not uses_codebook(run):
-        check_run_tokenizer(run, _model_config(run))
-        return subword_tokenizer(config, run)
     train = run_data(config, run).corpus_dir / "train.jsonl"
     if not train.is_file():
         raise DataError(f"corpus split {train} is missing; run the data stage first (`snakemake data` or `dvc repro`)")
@@ -213,21 +201,10 @@ def save_inputs(tokenizer, directory: str | Path) -> None:
 
 
 def finetuning_tokenizer(config: dict, run):
-    """The tokenizer fine-tuning encodes task text with: the pretrained run's saved codebook for hash
-    runs (over the pieces its pretraining saved, for hash_subword runs with a named tokenizer), CANINE's
-    characters for hub runs, the copy saved beside the model for runs with a named tokenizer
-    (:func:`~leanlm.training.run_tokenizer.evaluation_tokenizer`), else the profile's tokenizer."""
-    from leanlm.data.tokenizer import load_tokenizer
-    from leanlm.training.run_tokenizer import evaluation_tokenizer, saved_run_tokenizer
+    """The tokenizer a hash run's fine-tuning encodes task text with: the pretrained run's saved codebook
+    (over the pieces its pretraining saved, for hash_subword runs with a named tokenizer)."""
+    from leanlm.training.run_tokenizer import saved_run_tokenizer
 
-    if run.objective == "hub":
-        from leanlm.training.hub_checkpoint import CharTokenizer
-
-        return CharTokenizer()
-    if not uses_codebook(run):
-        if run.pretrain_tokenizer:
-            return evaluation_tokenizer(config, run.run_id, None)
-        return load_tokenizer(config["profile"])
     directory = paths.models_dir(config["profile"]) / (run.evaluate_from or run.run_id) / CODEBOOK_DIR
     if not (directory / "codebook.json").is_file():
         raise DataError(f"{directory} is missing: run {run.run_id} hashes its tokens with the codebook "
@@ -277,10 +254,3 @@ def with_features(batches, model_config: ModelConfig, tokenizer):
     """``batches`` unchanged for models that read only ids, else wrapped in :class:`FeatureBatches`."""
     hook = feature_hook(model_config, tokenizer)
     return batches if hook is None else FeatureBatches(batches, hook)
-
-
-def word_embedding_parameters(model: nn.Module) -> int | None:
-    """Appendix 2.8's #Emb of a BERT-style model (its word embedding's own count), else None."""
-    words = getattr(getattr(getattr(model, "encoder", None), "embeddings", None), "word_embeddings", None)
-    count = getattr(words, "embedding_parameter_count", None)
-    return int(count()) if callable(count) else None

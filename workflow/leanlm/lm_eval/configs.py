@@ -23,7 +23,8 @@ from pathlib import Path
 
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import build_once, json_text, write_bytes
+from leanlm.io import json_text, write_bytes
+from leanlm.scratch import build_once
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,13 @@ def embedding_parameters(model: nn.Module) -> int:
     return total
 
 
+def word_embedding_parameters(model: nn.Module) -> int | None:
+    """Appendix 2.8's #Emb of a BERT-style model (its word embedding's own count), else None."""
+    words = getattr(getattr(getattr(model, "encoder", None), "embeddings", None), "word_embeddings", None)
+    count = getattr(words, "embedding_parameter_count", None)
+    return int(count()) if callable(count) else None
+
+
 def non_embedding_parameters(model: nn.Module) -> int:
     """Parameters outside the embedding tables (the N of 6N FLOPs per token)."""
     return total_parameters(model) - embedding_parameters(model)

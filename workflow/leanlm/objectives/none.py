@@ -17,8 +17,8 @@ from leanlm.io import write_json
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model
+from leanlm.plugins import input_route
 from leanlm.provenance import hardware
-from leanlm.hashing.inputs import pretraining_tokenizer, save_inputs
 from leanlm.stages.pretrain import PRETRAIN_SEED, PretrainObjective, parameter_counts, record_head
 from leanlm.training.seeding import seed_everything
 
@@ -34,13 +34,14 @@ class NoPretraining(PretrainObjective):
 
     def run(self, config: dict, run) -> dict:
         profile = config["profile"]
-        tokenizer = pretraining_tokenizer(config, run)
+        route = input_route(run)  # ProFormer's: ch. 2's hashing route
+        tokenizer = route.pretraining_tokenizer(config, run)
         model_config = ModelConfig.from_dict({**run.model, "vocab_size": tokenizer.get_vocab_size()},
                                              where=f"run {run.run_id}")
         seed_everything(PRETRAIN_SEED)
         model = build_model(model_config, self.head)
         out_dir = paths.models_dir(profile) / run.run_id
-        save_inputs(tokenizer, out_dir)
+        route.save(tokenizer, out_dir)
         save_checkpoint(model, model_config, out_dir,
                         extra={"run_id": run.run_id, "profile": profile, "pretrained": False})
         record = {

@@ -3,7 +3,7 @@
 Registered by its file name in :data:`leanlm.plugins.OBJECTIVES`; the shared runner
 (:func:`~leanlm.stages.pretrain.pretrain_packed`) packs the corpus with the run's tokenizer (the
 profile's subword tokenizer for BERT-S+R, a hash codebook of words or pieces for HashFormers: see
-:mod:`leanlm.hashing.inputs`, which also adds the hash features to every batch) and trains the
+:mod:`leanlm.routes.hashing`, which also adds the hash features to every batch) and trains the
 ``shuffle_random`` head. The corruption is :func:`leanlm.training.shuffle_random.shuffle_random`:
 about ``shuffle_prob`` of the non-special tokens of a row permuted among themselves and
 ``random_prob`` replaced by a uniformly drawn non-special token id (a codebook row for HashFormers),

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from leanlm import paths
 from leanlm.errors import LeanLMError
-from leanlm.io import atomic_path, scratch_dir, write_text
+from leanlm.io import atomic_path, write_text
+from leanlm.scratch import scratch_dir
 from leanlm.reporting.figures import FIGURE_CAPTIONS
 from leanlm.reporting.latex import render_template
 from leanlm.reporting.thesis_order import CHAPTER_TITLES, place
@@ -177,7 +178,7 @@ def build_pdf(profile: str, parts: Sequence[str | Path] | None = None, timeout: 
     if not tables and not figures:
         raise LeanLMError(f"{out_dir} has no .tex tables and no figure .pdf files; render the tables first")
     # A folder of the system's temporary directory that a SIGTERM (below) still removes, and that the next
-    # build removes when a SIGKILL left it (leanlm.io.scratch_dir).
+    # build removes when a SIGKILL left it (leanlm.scratch.scratch_dir).
     with _terminate_as_exit(), scratch_dir(tempfile.gettempdir(), "leanlm-latex") as workdir:
         # Copies under plain names: \input and \includegraphics then see no paths with odd characters.
         for path in tables + figures:

@@ -38,12 +38,12 @@ from leanlm.io import check_writable, json_text, read_jsonl, sha256_file, write_
 from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
 from leanlm.provenance import hardware
 # The folder leanlm/runners is the registry: runner <name> (an input shape, or a family that owns its runner)
-# is class ``Runner`` of leanlm.runners.<name>, imported when a job asks for it.
-from leanlm.plugins import TASK_RUNNERS, runner_name
+# is class ``Runner`` of leanlm.runners.<name>, imported when a job asks for it; likewise the run's input
+# route (leanlm/routes: its tokenizer, and ch. 2's hash features).
+from leanlm.plugins import TASK_RUNNERS, input_route, runner_name
 from leanlm.runs import finetune_seeds, finetune_settings, get_run
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.hashing.inputs import feature_hook, finetuning_tokenizer
 from leanlm.training.hub_checkpoint import load_finetune_model, load_pretrained_model, model_record
 from leanlm.training.seeding import seed_everything
 from leanlm.training.schedules import warmup_steps_from_ratio
@@ -79,7 +79,7 @@ class TaskBatches:
         self.per_step = micro_batches_per_step(grad_accum)
         self.seed, self.pad_id = seed, pad_id
         self.labels = torch.tensor(labels, dtype=torch.float if regression else torch.long)
-        self.features = features  # ids -> hash features, for hash-embedding models (hash_inputs)
+        self.features = features  # ids -> hash features, for hash-embedding models (the run's input route)
 
     def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
         start = (step * self.per_step + micro) * self.batch_size
@@ -214,6 +214,14 @@ def _family_settings(config: dict, run_id: str, family: str) -> dict:
     return finetune_settings(config, get_run(config, run_id), family)
 
 
+def _features(config: dict, run_id: str, model, tokenizer):
+    """The per-token inputs the run's input route adds to each batch beyond its ids (ch. 2's hash features),
+    else None; a bare config without an experiment matrix (a direct call) names no run, hence no route."""
+    if "_matrix" not in config:
+        return None
+    return input_route(get_run(config, run_id)).features(model.config, tokenizer)
+
+
 def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, tokenizer) -> dict:
     profile, settings = config["profile"], _family_settings(config, run_id, family)
     spec = get_task(task)
@@ -230,7 +238,7 @@ def finetune_task(config: dict, run_id: str, family: str, task: str, seed: int, 
     seed_everything(seed)
     # A leanlm checkpoint, or a Hugging Face one (CANINE-C, objective hub).
     model = load_finetune_model(paths.models_dir(profile) / run_id, num_labels=spec.num_labels)
-    features = feature_hook(model.config, tokenizer)  # hash embeddings' per-token inputs, else None
+    features = _features(config, run_id, model, tokenizer)  # hash embeddings' per-token inputs, else None
     train_config = finetune_train_config(settings, task, run_id, seed, len(train_rows))
 
     last_dev_preds: list = []
@@ -275,7 +283,7 @@ def finetune(config: dict, run_id: str, family: str) -> dict:
     profile = config["profile"]
     started = time.time()
     # The profile's tokenizer; ch. 2's hash runs: their pretraining's codebook; CANINE-C: characters.
-    tokenizer = finetuning_tokenizer(config, run)
+    tokenizer = input_route(run).finetuning_tokenizer(config, run)
     settings, seeds = finetune_settings(config, run, family), finetune_seeds(config, run, family)
     results = []
     out = paths.results_dir(profile) / "runs" / run_id / f"{family}.json"

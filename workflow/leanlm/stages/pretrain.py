@@ -21,6 +21,8 @@ Both packings ([CLS]/[SEP] for chs. 2-3, end-of-text for ch. 4) read a memory-ma
 once per (tokenizer, split) (:mod:`leanlm.training.eos_packing`), so neither Wikipedia + BookCorpus nor
 SlimPajama's ~16B tokens ever sit in memory; ch. 2's hash codebooks stream their rows the same way
 (:mod:`leanlm.hashing.codebook_streams`).
+How the run's text becomes its model's inputs (tokenizer, ch. 2's own packing and features, ch. 4's fixed
+text) is its input route's, found by name (:func:`leanlm.plugins.input_route`); this module imports no route.
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ from leanlm.io import atomic_path, check_writable, json_text
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.heads import labelled_positions
-from leanlm.modeling.counting import embedding_parameters, model_attention_parameters, total_parameters
+from leanlm.modeling.counting import (embedding_parameters, model_attention_parameters, total_parameters,
+                                     word_embedding_parameters)
 from leanlm.modeling.models import build_model, loss_only_kwargs
-# The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>.
-from leanlm.plugins import OBJECTIVES
+# The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>;
+# likewise leanlm/routes for how the run's text becomes its model's inputs (input_route).
+from leanlm.plugins import OBJECTIVES, input_route
 from leanlm.provenance import hardware
 from leanlm.runs import get_run, pretrain_settings, public
 from leanlm.training.checkpointing import run_lock
@@ -53,10 +57,6 @@ from leanlm.training.distributed import (barrier, broadcast_object, cleanup_dist
                                          local_grad_accum, rank_zero_first)
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
-from leanlm.training.fixed_sequence import attach_fixed_sequence
-from leanlm.hashing.codebook_streams import codebook_corpus
-from leanlm.hashing.inputs import (pretraining_tokenizer, save_inputs, uses_codebook, with_features,
-                                         word_embedding_parameters)
 from leanlm.training.objectives import mlm_mask
 from leanlm.training.run_tokenizer import save_run_tokenizer
 from leanlm.training.seeding import seed_everything, step_generator
@@ -335,14 +335,13 @@ def _prepare(config: dict, run, objective: PackedTextObjective, settings: dict):
     run_id = run.run_id
     data = run_data(config, run)
     corpus = data.corpus_dir
-    if uses_codebook(run):
-        # Ch. 2's hash runs: a codebook of words or of their tokenizer's pieces (hash_inputs), its rows and
-        # the corpus's row-id streams built once per (codebook, corpus) and memory-mapped (codebook_streams).
-        packed = codebook_corpus(config, run, corpus, settings["seq_len"])
+    route = input_route(run)
+    packed = route.packed_corpus(config, run, corpus, settings["seq_len"])  # ch. 2's hash runs pack their own
+    if packed is not None:
         tokenizer, train_seqs, valid_seqs = packed.tokenizer, packed.train, packed.validation
     else:
         # A named tokenizer (ch. 4: Pythia's BPE; ch. 2: RoBERTa's BPE) or the profile's.
-        tokenizer = pretraining_tokenizer(config, run)
+        tokenizer = route.pretraining_tokenizer(config, run)
         if objective.head != "causal_lm" and uses_eos_packing(tokenizer):
             raise ConfigError(f"{config['_params_file']}: run {run_id} pretrains with {run.objective}, which needs "
                               f"the tokenizer's [CLS]/[SEP]/[MASK]; tokenizer {data.tokenizer or 'of the profile'} "
@@ -365,9 +364,10 @@ def _train_and_write(config: dict, run, objective: PackedTextObjective, settings
         fields["pad_token_id"] = pad
     model_config = ModelConfig.from_dict(fields)
     model = build_model(model_config, objective.head)
-    fixed_text = attach_fixed_sequence(model, tokenizer, data.fixed_text_dir, data.fixed_text_corpus(profile))
+    route = input_route(run)
+    inputs_record = route.prepare_model(model, tokenizer, data, profile)  # ch. 4: FixedSeqQK's fixed text
     # Hash embeddings read per-token features (hash bits/buckets) that the batches carry.
-    batches = with_features(objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED), model_config, tokenizer)
+    batches = route.batches(objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED), model_config, tokenizer)
     clock = StepClock(settings["batch_size"] * settings["grad_accum"])  # Table 2.3's time per sample
     out_dir = paths.models_dir(profile) / run_id
     train_config = pretrain_train_config(settings, f"pretrain {run_id}")
@@ -388,7 +388,7 @@ def _train_and_write(config: dict, run, objective: PackedTextObjective, settings
 
     def write_model() -> None:
         save_checkpoint(model, model_config, out_dir, extra=extra)
-        save_inputs(tokenizer, out_dir)  # the hash codebook fine-tuning must hash with (hash runs only)
+        route.save(tokenizer, out_dir)  # the hash codebook fine-tuning must hash with (hash runs only)
         # What evaluation must encode with (for hash_subword runs: the pieces their codebook hashes).
         save_run_tokenizer(getattr(tokenizer, "pieces", tokenizer), out_dir, keep=bool(data.tokenizer))
 
@@ -400,7 +400,7 @@ def _train_and_write(config: dict, run, objective: PackedTextObjective, settings
                        f"{objective.metric}_perplexity": math.exp(min(val_loss, 50.0))},
         "data": {"train_sequences": len(train_seqs), "validation_sequences": len(valid_seqs),
                  "packing": "eos" if uses_eos_packing(tokenizer) else "cls_sep", **data.describe(profile),
-                 **({"fixed_sequence": fixed_text} if fixed_text else {})},
+                 **inputs_record},
         "parameters": parameter_counts(model),
         "timing": {"seconds": time.time() - started, **clock.timing()},
         "hardware": hardware(),

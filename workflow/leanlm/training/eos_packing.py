@@ -19,7 +19,7 @@ tokenises a split ``ENCODE_CHUNK`` documents at a time into ``<cache>/tokenized/
 (``kind`` eos or sep and the separator's id in the name, so the two streams of one split never collide;
 uint16 when the vocabulary fits: 2 bytes a token) plus a ``.json`` record of its length and SHA-256, and
 :class:`StreamRows` gathers the rows a batch needs. Written atomically (a killed job leaves no partial
-stream) and under an inter-process lock (:func:`leanlm.io.build_once`), so concurrent jobs on one split
+stream) and under an inter-process lock (:func:`leanlm.scratch.build_once`), so concurrent jobs on one split
 tokenise it once. The key (tokenizer and split hashes) is :mod:`leanlm.training.token_cache`'s. A
 stream whose size or SHA-256 disagrees with its record (truncated copy, killed between the two writes, bytes
 overwritten, a stream from before records held a checksum) is rebuilt with a warning naming it, never
@@ -39,7 +39,8 @@ import torch
 
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import atomic_path, build_once, iter_jsonl, sha256_file, write_json
+from leanlm.io import atomic_path, iter_jsonl, sha256_file, write_json
+from leanlm.scratch import build_once
 from leanlm.training.text_batches import ENCODE_CHUNK
 from leanlm.training.token_cache import cache_key
 

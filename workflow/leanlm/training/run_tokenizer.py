@@ -5,11 +5,11 @@ A run whose experiment names a tokenizer (``pretrain_data.tokenizer``, resolved 
 ``models/<profile>/<run>/tokenizer.json``, so that evaluation scores with exactly the tokenizer the model
 was trained with, whatever has since happened to data/. Evaluation (the ``lm_eval`` and ``analysis``
 families; GLUE fine-tuning of ch. 2's BERTs on RoBERTa's BPE, through
-:func:`leanlm.hashing.inputs.finetuning_tokenizer`) asks :func:`evaluation_tokenizer`: that copy
+:mod:`leanlm.routes.subword`) asks :func:`evaluation_tokenizer`: that copy
 for such runs (the evaluated model's, for ``evaluate_from`` runs like Table 4.1's skip), the profile's
 tokenizer otherwise. A ch. 2 hash_subword run saves the pieces its codebook hashes
 (:func:`saved_run_tokenizer`). Runs with the profile's tokenizer save nothing, so their model
-directories are as before.
+directories are as before. :func:`subword_tokenizer` is the one a run pretrains with (named or the profile's).
 """
 
 from __future__ import annotations
@@ -89,3 +89,12 @@ def evaluation_tokenizer(config: dict, run_id: str, fallback):
         raise DataError(f"the tokenizer evaluating run {run_id} has {size} tokens but the model in {model_dir} has "
                         f"{rows} embedding rows: it was trained with another tokenizer; re-run its pretraining")
     return tokenizer
+
+
+def subword_tokenizer(config: dict, run):
+    """The run's subword tokenizer: its named one (``Run.pretrain_tokenizer``, prepared in
+    data/<profile>/tokenizers/<name>/), else the profile's."""
+    from leanlm.data.pretrain_data import run_data
+    from leanlm.data.tokenizer import load_tokenizer
+
+    return load_tokenizer(run_data(config, run).tokenizer_dir if run.pretrain_tokenizer else config["profile"])

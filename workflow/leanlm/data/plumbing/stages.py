@@ -31,7 +31,7 @@ from typing import Any
 
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
-from leanlm.io import staged_dir
+from leanlm.scratch import staged_dir
 
 log = logging.getLogger(__name__)
 

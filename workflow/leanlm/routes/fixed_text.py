@@ -1,4 +1,6 @@
-"""FixedSeqQK's fixed text (§4.3.4, DESIGN §8): the first ``max_position`` tokens of one held-out document.
+"""Ch. 4's input route: the subword route's ids, and FixedSeqQK's fixed text (§4.3.4, DESIGN §8): the first
+``max_position`` tokens of one held-out document. Every Qwen run takes it (:func:`leanlm.plugins.route_name`);
+it attaches the text only to a model that reads one (:func:`needs_fixed_text`).
 
 The thesis takes "the first 2048 tokens from FineWeb-10BT", a text the model is not pretrained on. The
 corpus it comes from is the run's ``fixed_text_corpus`` (an experiment's ``pretrain_data.fixed_text``,
@@ -26,6 +28,7 @@ from torch import nn
 from leanlm import paths
 from leanlm.errors import DataError
 from leanlm.io import read_jsonl
+from leanlm.routes.subword import SubwordRoute
 
 FIXED_TEXT_SPLIT = "validation.jsonl"
 
@@ -72,3 +75,14 @@ def attach_fixed_sequence(model: nn.Module, tokenizer, corpus_dir: Path, corpus:
     model.set_fixed_sequence(ids)
     return {"corpus": corpus or _shown(Path(corpus_dir)), "file": _shown(path), "split": "validation",
             "doc_ids": doc_ids, "tokens": length}
+
+
+class FixedTextRoute(SubwordRoute):
+    name = "fixed_text"
+
+    def prepare_model(self, model, tokenizer, data, profile: str) -> dict:
+        fixed_text = attach_fixed_sequence(model, tokenizer, data.fixed_text_dir, data.fixed_text_corpus(profile))
+        return {"fixed_sequence": fixed_text} if fixed_text else {}
+
+
+Route = FixedTextRoute
