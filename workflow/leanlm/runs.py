@@ -175,7 +175,7 @@ def check_run_tokenizer(run, config) -> None:
 def reads_fixed_text(fields: Mapping) -> bool:
     """Whether a run's model fields (``Run.model``) build a model that needs a fixed text: a Qwen decoder
     whose simple layers are FixedSeqQK (what :func:`leanlm.routes.fixed_text.needs_fixed_text` tells
-    of the built model). The mixer's ``qk_stream`` is read from its source, so planning imports no torch.
+    of the built model). The mixer's ``qk_stream`` is read from its source, so planning imports no torch."""
     from leanlm.modeling.layouts import SIMPLE, layer_kinds
     from leanlm.modeling.variants import MIXERS
 
