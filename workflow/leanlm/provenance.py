@@ -151,7 +151,8 @@ def _digest(stamps: tuple[tuple[Path, int, int], ...]) -> str:
     return digest.hexdigest()[:16]
 
 
-_LAST: dict[tuple[str, ...], list[tuple[Path, int, int]]] = {}  # modules -> their closure's stamps when last asked
+# (package folder, modules) -> their closure's stamps when last asked (the folder: as _FOUND's key says)
+_LAST: dict[tuple[Path, tuple[str, ...]], list[tuple[Path, int, int]]] = {}
 
 
 def _fresh(stamps: list[tuple[Path, int, int]]) -> bool:
@@ -166,9 +167,10 @@ def _fresh(stamps: list[tuple[Path, int, int]]) -> bool:
 def code_of(*modules: str) -> str:
     """SHA-256 (first 16 hex digits) over :func:`import_closure` of ``modules``: what one job runs (each file's
     path in the package, then its bytes, in path order)."""
-    stamps = _LAST.get(modules)
+    key = (PACKAGE_DIR, modules)
+    stamps = _LAST.get(key)
     if stamps is None or not _fresh(stamps):
-        stamps = _LAST[modules] = _closure_stamps(modules)
+        stamps = _LAST[key] = _closure_stamps(modules)
     return _digest(tuple(stamps))
 
 
