@@ -231,7 +231,7 @@ _STAGE_FUNCTIONS = {"fetch": stage_fetch, "corpus": stage_corpus, "tokenizer": s
 def _build_task_sets(config: dict, final: Path, families: list[str]) -> None:
     """The tasks stage for ``families`` only: built in a scratch folder beside the other families' sets, then
     each of its folders replaces its old one, so a killed job leaves every set whole (old or new)."""
-    from leanlm.io import scratch_dir
+    from leanlm.scratch import scratch_dir
 
     known = task_sets(config)
     offered = {family for entry in known.values() for family in entry["families"]}
