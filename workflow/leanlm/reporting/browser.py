@@ -24,7 +24,7 @@ DRIVER_NAMES = ("chromedriver",)
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage")
-WINDOW = (1280, 900)  # the front page's screenshot size
+WINDOW = (1280, 900)  # the browser's window and the front page's screenshot (its viewport), in px
 
 
 def _which(names: tuple[str, ...]) -> str | None:
@@ -78,6 +78,9 @@ def screenshot(page: str | Path, out: str | Path) -> Path:
     from leanlm.io import atomic_path
 
     with chromium() as driver:
+        # the page's viewport exactly WINDOW (a window of that size has a smaller one in headless mode)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": WINDOW[0], "height": WINDOW[1], "deviceScaleFactor": 1, "mobile": False})
         driver.get(page.as_uri())
         with atomic_path(out, suffix=".png") as tmp:
             if not driver.save_screenshot(str(tmp)):
