@@ -149,6 +149,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/report_page.smk"
 
 
 rule all:
@@ -158,6 +159,7 @@ rule all:
         analytic_outputs(),
         claims_outputs(),
         pdf_target(),
+        report_page_target(),
     default_target: True
 
 
