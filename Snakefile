@@ -113,10 +113,12 @@ onsuccess:
     forkserver.stop(SERVER.pop("server", None))
     remove_finished_checkpoints()
     summarize_benchmarks()
-    # The claims' verdicts, last thing on screen (paper_tables/<profile>/claims.md has the details).
+    # The claims' verdicts (paper_tables/<profile>/claims.md has the details), then where the report is.
     from leanlm.claims.report import print_summary
+    from leanlm.reporting.report_page import where_lines
 
     print_summary(PROFILE)
+    print("\n".join(where_lines(PROFILE)))  # and last, where to look
 
 
 onerror:

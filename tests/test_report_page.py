@@ -268,3 +268,16 @@ def test_the_interval_is_drawn_against_the_region(region, bounds, open_ends):
         assert at["region"] < at["no-effect"]
     else:
         assert at["region"] == pytest.approx(expected_start, abs=0.1)
+
+
+def test_the_end_of_a_run_names_the_report_the_pdf_and_the_tables(scratch_root):
+    from leanlm.reporting.report_page import where_lines
+
+    assert where_lines("smoke") == []  # nothing built: nothing named
+    folder = scratch_root / "paper_tables" / "smoke"
+    folder.mkdir(parents=True)
+    (folder / "report.html").write_text("<!DOCTYPE html>")
+    assert [line.split("  ")[0] for line in where_lines("smoke")] == [
+        "leanlm: paper_tables/smoke/report.html", "leanlm: paper_tables/smoke/"]
+    (folder / "tables.pdf").write_bytes(b"%PDF")
+    assert "leanlm: paper_tables/smoke/tables.pdf  every table and figure" in where_lines("smoke")[1]

@@ -185,6 +185,18 @@ def build_report(config: dict, parts: list[str] | None = None) -> Path:
     return out
 
 
+def where_lines(profile: str) -> list[str]:
+    """The end of a run (the Snakefile's onsuccess): where the report, the PDF and the tables are, each
+    named only where it exists, as paths from the project root."""
+    folder = paths.tables_dir(profile)
+    named = [(folder / REPORT, "the report: open it in a browser (docs/report.md)"),
+             (folder / "tables.pdf", "every table and figure in the thesis's order"),
+             (folder, "the tables (.tex, .csv), figures (.pdf, .png) and claims (.md, .csv)")]
+    root = paths.project_root()
+    return [f"leanlm: {path.relative_to(root)}{'/' if path.is_dir() else ''}  {what}"
+            for path, what in named if path.exists()]
+
+
 # Snakemake's own report (`snakemake --report`): workflow/rules/report.smk marks the tables and figures
 # with report(), whose category and labels come from here.
 def report_category(name: str) -> str:
