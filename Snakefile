@@ -113,10 +113,12 @@ onsuccess:
     forkserver.stop(SERVER.pop("server", None))
     remove_finished_checkpoints()
     summarize_benchmarks()
-    # The claims' verdicts, last thing on screen (paper_tables/<profile>/claims.md has the details).
+    # The claims' verdicts (paper_tables/<profile>/claims.md has the details), then where the report is.
     from leanlm.claims.report import print_summary
+    from leanlm.reporting.report_page import where_lines
 
     print_summary(PROFILE)
+    print("\n".join(where_lines(PROFILE)))  # and last, where to look
 
 
 onerror:
@@ -149,6 +151,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/report_page.smk"
 
 
 rule all:
@@ -158,6 +161,7 @@ rule all:
         analytic_outputs(),
         claims_outputs(),
         pdf_target(),
+        report_page_target(),
     default_target: True
 
 

@@ -24,20 +24,22 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "$want" > "$stamp"
 fi
 
-# pdflatex for paper_tables/<profile>/tables.pdf (booktabs is in texlive-latex-recommended).
-if ! command -v pdflatex >/dev/null 2>&1; then
+# pdflatex for paper_tables/<profile>/tables.pdf (booktabs is in texlive-latex-recommended); Chromium and its
+# driver for the browser test of paper_tables/<profile>/report.html (tests/test_report_page.py) and
+# `leanlm report-page --screenshot`.
+if ! command -v pdflatex >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1; then
         SUDO=""
         [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo"
-        echo "setup: installing TeX Live (pdflatex, booktabs) with apt-get"
+        echo "setup: installing TeX Live (pdflatex, booktabs), chromium and chromium-driver with apt-get"
         if $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-            texlive-latex-base texlive-latex-recommended texlive-fonts-recommended >/dev/null; then
+            texlive-latex-base texlive-latex-recommended texlive-fonts-recommended chromium chromium-driver >/dev/null; then
             :
         else
-            echo "setup: could not install TeX Live; tables.pdf will be skipped (the .tex files are still built)" >&2
+            echo "setup: could not install TeX Live or Chromium; tables.pdf is skipped without pdflatex (the .tex files are still built), the browser test without Chromium" >&2
         fi
     else
-        echo "setup: no pdflatex and no apt-get; install TeX Live to get tables.pdf" >&2
+        echo "setup: no apt-get; install TeX Live (pdflatex) for tables.pdf and chromium + chromedriver for the browser test" >&2
     fi
 fi
 echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

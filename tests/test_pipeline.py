@@ -123,7 +123,7 @@ def project(tmp_path_factory):
     shutil.copytree(ROOT / "params", root / "params")
     # workflow/leanlm is copied for DVC's dependency hashes, and it is the code that runs (PYTHONPATH below), so
     # the tests can edit a module and read from the dry run which jobs its code fingerprint reruns.
-    for sub in ("rules", "schemas", "templates", "profiles", "leanlm"):
+    for sub in ("rules", "schemas", "templates", "profiles", "report", "leanlm"):
         shutil.copytree(ROOT / "workflow" / sub, root / "workflow" / sub, ignore=shutil.ignore_patterns("__pycache__"))
     _tiny_profile(root / "params")
     write_fake_wheels(root / "cache" / "packages")
@@ -275,6 +275,33 @@ def test_claims_verdicts_from_the_runs(built, build_log):
         assert (root / "paper_tables" / "smoke" / "claims.tex").is_file()
 
 
+def test_report_page_is_built_last_and_snakemake_report_captions_every_output(built, build_log):
+    """report.html (the pipeline's last rule) holds the run's tables and figures; `snakemake --report` files
+    every table (its CSV) and figure (its PNG) under its chapter with the thesis's number and caption."""
+    import json
+
+    root, _ = built
+    jobs = re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", build_log)
+    assert jobs[-2:] == ["report_page", "all"], jobs[-4:]
+    assert "\nleanlm: paper_tables/smoke/report.html  the report: open it in a browser" in build_log  # the run's end
+    page = (root / "paper_tables" / "smoke" / "report.html").read_text(encoding="utf-8")
+    assert 'id="table_3_1"' in page and 'id="figure_3_1"' in page and "data:image/png;base64," in page
+    snakemake(built, "--report", "snakemake_report.html")
+    text = (root / "snakemake_report.html").read_text(encoding="utf-8")
+    results = json.loads(re.search(r"var results = (\{.*?\});\n", text).group(1))
+    shown = {Path(path).name: entry for path, entry in results.items()}
+    outputs = [p for p in (root / "paper_tables" / "smoke").iterdir()
+               if p.suffix == ".png" or (p.suffix == ".csv" and p.with_suffix(".tex").is_file() and p.stem != "claims")]
+    assert outputs and {p.name for p in outputs} <= set(shown), sorted({p.name for p in outputs} - set(shown))
+    for output in outputs:
+        entry = shown[output.name]
+        assert entry["labels"]["output"].startswith(("Table ", "Figure ")) or "not in the thesis" in entry["labels"]["output"]
+        assert entry["labels"]["what"] and entry["caption"], output.name
+    assert {"report.html", "tables.pdf"} <= set(shown) or not shutil.which("pdflatex")
+    categories = re.search(r"var categories = (\{.*?\});\n", text).group(1)
+    assert "Chapter 3: Multi-head embedding attention (MHE)" in categories
+
+
 def test_noop_rerun_runs_nothing(built):
     assert planned_jobs(built) == {}
 
@@ -297,7 +324,7 @@ def test_changed_model_reruns_only_its_jobs(built):
         jobs = planned_jobs(built)
         # its pretraining, its three task families, then aggregation and what is rendered from it
         assert (jobs.pop("pretrain"), jobs.pop("finetune"), jobs.pop("aggregate")) == (1, 3, 1), jobs
-        assert set(jobs) <= {"render_table", "claims", "pdf", "all"} and jobs["render_table"] >= 2, jobs
+        assert set(jobs) <= {"render_table", "claims", "pdf", "report_page", "all"} and jobs["render_table"] >= 2, jobs
         assert jobs["claims"] == 1, jobs  # the claims read the runs' results
         assert [w for w in planned_wildcards(built, "pretrain")] == ["profile=smoke, run_id=ch3_encoder-mhe_mul"]
     finally:
@@ -311,7 +338,7 @@ def test_changed_template_reruns_only_that_rendering(built):
     original = template.read_text()
     template.write_text(original + "\n")
     jobs = planned_jobs(built)
-    expected = {"analytic_table": 1, "all": 1, **({"pdf": 1} if shutil.which("pdflatex") else {})}
+    expected = {"analytic_table": 1, "report_page": 1, "all": 1, **({"pdf": 1} if shutil.which("pdflatex") else {})}
     assert jobs == expected, jobs
     assert planned_wildcards(built, "analytic_table") == ["profile=smoke, item=table_3_4"]
     snakemake(built)
@@ -340,17 +367,17 @@ def test_changed_runner_reruns_its_finetuning_and_no_pretraining(built):
     # SQuAD's runner: the squad family of each encoder run, then aggregation and what is rendered from it
     assert "pretrain" not in jobs and jobs.pop("finetune") == 3, jobs
     assert {w.split("family=")[1] for w in wildcards["finetune"]} == {"squad"}, wildcards["finetune"]
-    assert set(jobs) <= {"aggregate", "render_table", "render_figure", "claims", "pdf", "all"}, jobs
+    assert set(jobs) <= {"aggregate", "render_table", "render_figure", "claims", "pdf", "report_page", "all"}, jobs
 
 
 def test_changed_chapter_renderer_reruns_only_that_chapters_tables(built):
     jobs, wildcards = _planned_after_editing(built, "reporting/ch3/tasks.py")  # Tables 3.5-3.10
-    assert set(jobs) <= {"render_table", "pdf", "all"} and jobs["render_table"] >= 2, jobs
+    assert set(jobs) <= {"render_table", "pdf", "report_page", "all"} and jobs["render_table"] >= 2, jobs
     tables = {w.split("table=")[1] for w in wildcards["render_table"]}
     assert tables <= {f"table_3_{i}" for i in range(5, 11)}, tables
     # ch. 2's tables module: here (a ch. 3 profile) only its hyperparameter Tables 2.4 and 2.5 are built
     jobs, wildcards = _planned_after_editing(built, "reporting/ch2/tables.py")
-    assert set(jobs) <= {"params_table", "pdf", "all"}, jobs
+    assert set(jobs) <= {"params_table", "pdf", "report_page", "all"}, jobs
     assert {w.split("table=")[1] for w in wildcards["params_table"]} == {"table_2_4", "table_2_5"}
 
 
@@ -435,5 +462,5 @@ def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_pat
     matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
     jobs = planned_jobs(in_clone)
     assert (jobs.pop("pretrain"), jobs.pop("finetune"), jobs.pop("aggregate")) == (1, 3, 1), jobs
-    assert set(jobs) <= {"render_table", "claims", "pdf", "all"} and jobs["render_table"] >= 2, jobs
+    assert set(jobs) <= {"render_table", "claims", "pdf", "report_page", "all"} and jobs["render_table"] >= 2, jobs
     assert planned_wildcards(in_clone, "pretrain") == ["profile=smoke, run_id=ch3_encoder-mhe_mul"]

@@ -139,6 +139,17 @@ def cmd_claims(args) -> None:
         print(path)
 
 
+def cmd_report_page(args) -> None:
+    from leanlm.reporting.report_page import build_report
+
+    out = build_report(_config(args), parts=args.parts or None)
+    print(out)
+    if args.screenshot:
+        from leanlm.reporting.browser import screenshot
+
+        print(screenshot(out, args.screenshot))
+
+
 def cmd_bench(args) -> None:
     from leanlm.benchmarks.pretraining import BENCH_CONFIGS, format_report, run_bench
     from leanlm.errors import ConfigError
@@ -355,6 +366,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--claims", default=None, metavar="FILE", help="claims file (default: params/claims.yaml)")
     p.add_argument("--draws", type=int, default=2000, help="bootstrap draws per comparison (default: 2000)")
     p.set_defaults(func=cmd_claims)
+
+    p = sub.add_parser("report-page", help="paper_tables/<profile>/report.html: the run's claims, tables and figures "
+                       "as one page that opens from disk (docs/report.md)")
+    _params_arg(p)
+    p.add_argument("parts", nargs="*", metavar="FILE", help="only these outputs of paper_tables/<profile>/ (the "
+                   "pipeline passes its run's); default: every one in that folder")
+    p.add_argument("--screenshot", default=None, metavar="PNG", help="also save a PNG of the page's first screen "
+                   "(headless Chromium, as the browser test opens it)")
+    p.set_defaults(func=cmd_report_page)
 
     p = sub.add_parser("bench", help="pretraining throughput: batch build and step time, tokens/s, peak memory, "
                                      "MFU on GPU")

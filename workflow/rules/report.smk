@@ -57,7 +57,8 @@ rule render_table:
         extra=lambda w: extra_inputs(w.table),
     output:
         tex="paper_tables/{profile}/{table}.tex",
-        csv="paper_tables/{profile}/{table}.csv",
+        csv=report("paper_tables/{profile}/{table}.csv", caption="../report/table.rst", subcategory="Tables",
+                   category=lambda w: report_category_of(w.table), labels=lambda w: report_labels_of(w, w.table, "table")),
     wildcard_constraints:
         table=names_of("results", "tex", "csv"),
     params:
@@ -85,7 +86,8 @@ rule render_figure:
         reported=lambda w: reported_of(w.table),
     output:
         pdf="paper_tables/{profile}/{table}.pdf",
-        png="paper_tables/{profile}/{table}.png",
+        png=report("paper_tables/{profile}/{table}.png", caption="../report/figure.rst", subcategory="Figures",
+                   category=lambda w: report_category_of(w.table), labels=lambda w: report_labels_of(w, w.table, "figure")),
         csv="paper_tables/{profile}/{table}.csv",
     wildcard_constraints:
         table=names_of("results", "pdf", "png", "csv"),
@@ -111,7 +113,8 @@ rule params_table:
         reported=lambda w: reported_of(w.table),
     output:
         tex="paper_tables/{profile}/{table}.tex",
-        csv="paper_tables/{profile}/{table}.csv",
+        csv=report("paper_tables/{profile}/{table}.csv", caption="../report/table.rst", subcategory="Tables",
+                   category=lambda w: report_category_of(w.table), labels=lambda w: report_labels_of(w, w.table, "table")),
     wildcard_constraints:
         table=names_of("params"),
     params:
@@ -144,7 +147,8 @@ rule analytic_table:
         extra=lambda w: extra_inputs(w.item),
     output:
         tex="paper_tables/{profile}/{item}.tex",
-        csv="paper_tables/{profile}/{item}.csv",
+        csv=report("paper_tables/{profile}/{item}.csv", caption="../report/table.rst", subcategory="Tables",
+                   category=lambda w: report_category_of(w.item), labels=lambda w: report_labels_of(w, w.item, "table")),
     wildcard_constraints:
         item=names_of("analytic", "tex", "csv"),
     params:
@@ -160,7 +164,8 @@ rule analytic_figure:
         reported=lambda w: reported_of(w.item),
     output:
         pdf="paper_tables/{profile}/{item}.pdf",
-        png="paper_tables/{profile}/{item}.png",
+        png=report("paper_tables/{profile}/{item}.png", caption="../report/figure.rst", subcategory="Figures",
+                   category=lambda w: report_category_of(w.item), labels=lambda w: report_labels_of(w, w.item, "figure")),
         csv="paper_tables/{profile}/{item}.csv",
     wildcard_constraints:
         item=names_of("analytic", "pdf", "png", "csv"),
@@ -204,7 +209,7 @@ rule pdf:
         template="workflow/templates/document.tex.j2",
         parts=result_tables() + params_tables() + analytic_outputs() + claims_outputs(),
     output:
-        f"paper_tables/{PROFILE}/tables.pdf",
+        report(f"paper_tables/{PROFILE}/tables.pdf", caption="../report/tables_pdf.rst", category="Report"),
     params:
         code=code_of("leanlm.reporting.tables_pdf"),
     log:
