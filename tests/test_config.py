@@ -125,3 +125,24 @@ def test_unknown_run_id(project):
     config = load_config(project / "params" / "smoke.yaml")
     with pytest.raises(ConfigError, match="ch3_encoder-mha"):
         get_run(config, "ch3_encoder-xyz")
+
+
+def test_an_objective_is_a_file_of_the_objectives_folder(scratch_root):
+    """The schema takes any objective name; the folder leanlm/objectives decides which exist (a new
+    objective is one file): an unknown one is refused when the profile loads, naming the experiment and
+    the known objectives, and so is a pretrain.<name> block of no objective."""
+    from leanlm.config import load_config
+    from params_files import edit_yaml
+
+    edit_yaml(scratch_root / "params" / "experiments" / "ch3.yaml",
+              lambda doc: doc["ch3_encoder"].update(objective="mlmm"))
+    with pytest.raises(ConfigError) as err:
+        load_config(scratch_root / "params" / "smoke.yaml")
+    assert "'mlmm'" in str(err.value) and "ch3_encoder" in str(err.value) and "causal_lm" in str(err.value)
+    edit_yaml(scratch_root / "params" / "experiments" / "ch3.yaml",
+              lambda doc: doc["ch3_encoder"].update(objective="mlm"))
+    edit_yaml(scratch_root / "params" / "smoke.yaml",
+              lambda doc: doc["pretrain"].update(mlmm=doc["pretrain"]["mlm"]))
+    with pytest.raises(ConfigError) as err:
+        load_config(scratch_root / "params" / "smoke.yaml")
+    assert "pretrain.mlmm" in str(err.value) and "leanlm/objectives" in str(err.value)

@@ -18,6 +18,7 @@ from leanlm.schemas import describe as _describe
 from leanlm.schemas import read_params_yaml as _read_yaml
 from leanlm.schemas import schema as _schema
 from leanlm.errors import ConfigError
+from leanlm.plugins import OBJECTIVES
 from leanlm.runs import (BLOCKLESS_OBJECTIVES, DEFAULT_ATTENTION, Run, _pretrain_data_fields, _run_fields,
                          check_run_tokenizer, finetune_settings, pretrain_settings, runs)
 
@@ -155,6 +156,11 @@ def check_combinations(config: dict, path: Path) -> None:
         if backbone not in DEFAULT_ATTENTION:
             raise ConfigError(f"{path}: key models.{size} is not a backbone name; give it backbone: one of "
                               f"{', '.join(DEFAULT_ATTENTION)}")
+    for objective in config["pretrain"]:
+        if objective not in OBJECTIVES or objective in BLOCKLESS_OBJECTIVES:
+            raise ConfigError(f"{path}: key pretrain.{objective} names no pretraining objective with settings (a file "
+                              f"of leanlm/objectives/); known: "
+                              f"{', '.join(n for n in OBJECTIVES.names() if n not in BLOCKLESS_OBJECTIVES)}")
     for name, experiment in config["_matrix"].items():
         where = f"params/experiments (experiment {name!r})"
         sizes = {experiment.get("size", experiment["backbone"])}
@@ -171,6 +177,9 @@ def check_combinations(config: dict, path: Path) -> None:
         for run_name, run_fields in experiment["runs"].items():
             fields = _run_fields(experiment, run_fields)
             objective = fields.get("objective", experiment["objective"])
+            if objective not in OBJECTIVES:  # the schema takes any name: the folder is the registry
+                raise ConfigError(f"{where}: run {run_name!r} pretrains with {objective!r}, which is no file of "
+                                  f"leanlm/objectives/; known: {', '.join(OBJECTIVES.names())}")
             if objective in BLOCKLESS_OBJECTIVES:
                 continue
             if objective not in config["pretrain"]:
