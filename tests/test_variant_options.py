@@ -3,10 +3,15 @@ raised when the model config is validated (ModelConfig, hence ``leanlm validate`
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from leanlm.errors import ConfigError
 from leanlm.modeling import ModelConfig, build_model
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _config(**fields) -> ModelConfig:
@@ -51,3 +56,51 @@ def test_an_embedding_option_it_does_not_take_is_an_error_at_validation():
         _config(embedding_options={"bits": 64})
     with pytest.raises(ConfigError, match=r"embedding_options \['buckets'\].*embedding 'hash_pool'"):
         _config(embedding="hash_pool", embedding_options={"buckets": 8})
+
+
+# ------------------------------------------------------------------ planning without torch (issue 25)
+def test_what_planning_reads_from_a_variants_source_equals_the_imported_class():
+    """runs.reads_fixed_text and hash_features.embedding_features read a mixer's qk_stream and an embedding's
+    features from the sources (VariantRegistry.declared), through base classes: the same as importing."""
+    from leanlm.modeling.variants import EMBEDDINGS, MIXERS
+
+    for registry, attribute in ((MIXERS, "qk_stream"), (EMBEDDINGS, "features")):
+        for name in registry.names():
+            assert registry.declared(name, attribute) == getattr(registry.get(name), attribute), (name, attribute)
+    with pytest.raises(ConfigError, match=r"sets no literal 'defaults'"):  # {**Base.defaults, ...}: not a literal
+        EMBEDDINGS.declared("hash_emb", "defaults")
+
+
+def test_a_passed_variant_check_is_remembered_until_a_model_source_changes_and_a_refusal_never(tmp_path,
+                                                                                              monkeypatch):
+    from leanlm import memo
+    from leanlm.modeling import variants
+
+    config = ModelConfig.preset("tiny", attention="gqa", n_kv_heads=2)
+    other = ModelConfig.preset("tiny", attention="mha")
+    monkeypatch.setattr(variants, "_PACKAGE_DIR", tmp_path)
+    shutil.copytree(ROOT / "workflow" / "leanlm" / "modeling", tmp_path / "modeling",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "registry.py").write_text("# stands for leanlm/registry.py\n")
+    monkeypatch.setattr(memo, "_OPEN", {})
+    calls = []
+    monkeypatch.setattr(variants, "_check_variants", lambda config, where: calls.append(where))
+    variants.check_variants(config, "a")
+    variants.check_variants(config, "b")
+    assert calls == ["a"]                                      # remembered
+    (tmp_path / "modeling" / "attention" / "gqa.py").write_text(
+        (tmp_path / "modeling" / "attention" / "gqa.py").read_text() + "# edited\n")
+    variants.check_variants(config, "c")
+    assert calls == ["a", "c"]                                 # a model source changed: checked again
+    memo.save_all()
+    assert (tmp_path / "__pycache__" / "leanlm-variant-checks.json").is_file()
+
+    def refuse(config, where):
+        calls.append(where)
+        raise ConfigError("refused")
+
+    monkeypatch.setattr(variants, "_check_variants", refuse)
+    for where in ("d", "e"):
+        with pytest.raises(ConfigError):
+            variants.check_variants(other, where)
+    assert calls[-2:] == ["d", "e"]                            # a refusal is never remembered

@@ -105,7 +105,7 @@ def _check_lm_windows(config: dict, path: Path, run: Run, model_config) -> None:
     """A perplexity family's window (``max_length``, default the model's context) fits the model and its
     ``stride`` fits the window (a wider stride would leave tokens between windows unscored). The runner
     (:mod:`leanlm.runners.lm`) checks the same, but only after the run's pretraining."""
-    from leanlm.evaluation.perplexity import THESIS_STRIDE
+    from leanlm.evaluation.protocol import THESIS_STRIDE
     from leanlm.plugins import runner_name
 
     for family in run.finetune:

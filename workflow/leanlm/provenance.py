@@ -23,6 +23,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from leanlm.memo import disk_memo
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGE = PACKAGE_DIR.name
 # A string constant naming a leanlm module ("leanlm.evaluation.squad", "leanlm.cli:main"): modules loaded
@@ -93,6 +95,30 @@ def _direct_imports(module: str, mtime_ns: int) -> frozenset[str]:
     """The leanlm modules ``module``'s source imports anywhere (top level or inside functions) or names in
     a string constant, and the packages above it (importing a module runs their ``__init__``)."""
     path = _module_file(module)
+    stat = path.stat()
+    found = set(_named_in(module, path, stat.st_mtime_ns, stat.st_size))
+    parts = module.split(".")
+    found.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    resolved = {_nearest_module(name) for name in found}
+    return frozenset(m for m in resolved if m and m != module)
+
+
+def _named_in(module: str, path: Path, mtime_ns: int, size: int) -> list[str]:
+    """What ``module``'s source imports or names (dotted names, not yet resolved to modules): from the
+    on-disk memo (leanlm.memo: parsing ~250 sources took a good part of each `snakemake` call's planning)
+    when the file still has the time and size it was read at, else parsed and remembered."""
+    memo = disk_memo(PACKAGE_DIR, "leanlm-provenance-imports.json")
+    key = str(path.relative_to(PACKAGE_DIR))
+    entry = memo.entries.get(key)
+    if entry and entry[0] == mtime_ns and entry[1] == size:
+        return entry[2]
+    names = sorted(_parse_names(module, path))
+    memo.entries[key] = [mtime_ns, size, names]
+    memo.changed()
+    return names
+
+
+def _parse_names(module: str, path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     is_package = path.name == "__init__.py"
     found: set[str] = set()
@@ -109,10 +135,7 @@ def _direct_imports(module: str, mtime_ns: int) -> frozenset[str]:
             found.update(f"{base}.{alias.name}" for alias in node.names)  # submodules imported by name
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.match(node.value):
             found.add(node.value.partition(":")[0])
-    parts = module.split(".")
-    found.update(".".join(parts[:i]) for i in range(1, len(parts)))
-    resolved = {_nearest_module(name) for name in found}
-    return frozenset(m for m in resolved if m and m != module)
+    return found
 
 
 def _closure_stamps(modules: tuple[str, ...]) -> list[tuple[Path, int, int]]:

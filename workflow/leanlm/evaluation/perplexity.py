@@ -21,17 +21,18 @@ not in 0..1 (and lower is better: ``metrics.LOWER_IS_BETTER``).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from leanlm.errors import ConfigError, DataError
 from leanlm.evaluation.metrics import METRICS
+from leanlm.evaluation.protocol import THESIS_STRIDE
+
+if TYPE_CHECKING:  # torch is imported where it runs (strided_perplexity), not with the metric
+    import torch
 
 IGNORE = -100
-THESIS_STRIDE = 256  # §3.4.5: "by fixing the stride length to 256"
 
 
 @METRICS.register("perplexity")
@@ -66,8 +67,7 @@ def sliding_windows(n_tokens: int, max_length: int, stride: int) -> list[tuple[i
     return windows
 
 
-@torch.no_grad()
-def strided_perplexity(model: nn.Module, token_ids: torch.Tensor, max_length: int,
+def strided_perplexity(model: "torch.nn.Module", token_ids: "torch.Tensor", max_length: int,
                        stride: int = THESIS_STRIDE, batch_size: int = 8) -> dict:
     """Perplexity of ``model`` on the 1-D stream ``token_ids`` with windows of ``max_length``, ``stride`` apart.
 
@@ -76,7 +76,20 @@ def strided_perplexity(model: nn.Module, token_ids: torch.Tensor, max_length: in
     never lets influence the real positions. Returns ``dict(nll, tokens, perplexity, windows,
     window_nll, window_tokens)``: the summed NLL in nats, the number of scored tokens (n - 1 when
     ``stride < max_length``), their perplexity, and the per-window sums the metric pools.
+
+    torch is imported here, not with the module: the metric above is registered whenever task specs are
+    read, which planning does.
     """
+    import torch
+
+    with torch.no_grad():
+        return _strided(model, token_ids, max_length, stride, batch_size)
+
+
+def _strided(model, token_ids, max_length: int, stride: int, batch_size: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+
     token_ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()
     if token_ids.numel() < 2:
         raise DataError(f"perplexity needs at least 2 tokens, got {token_ids.numel()}")

@@ -34,29 +34,11 @@ from torch import nn
 
 from leanlm.errors import ConfigError, DataError
 from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.embedding_options import positive_int, read_options
 from leanlm.modeling.variants import Variant
 
 # The hashes a codebook makes bits or buckets with (leanlm.hashing).
 HASHES = ("md5", "lsh")
-
-
-def read_options(config: ModelConfig, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """``config.embedding_options`` over ``defaults``; a key the variant does not have is an error."""
-    given = dict(config.embedding_options)
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        allowed = ", ".join(f"{k} (default {v!r})" for k, v in defaults.items()) or "none"
-        raise ConfigError(f"model config: embedding_options {unknown} are not settings of embedding "
-                          f"{config.embedding!r}; its settings: {allowed}")
-    return {**defaults, **given}
-
-
-def positive_int(options: Mapping[str, Any], key: str, config: ModelConfig) -> int:
-    value = options[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"model config: embedding_options.{key}={value!r} of embedding "
-                          f"{config.embedding!r} must be a positive integer")
-    return value
 
 
 def batch_feature(features: Mapping[str, torch.Tensor], name: str, embedding: str) -> torch.Tensor:

@@ -35,7 +35,8 @@ from torch import nn
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.embedding_base import HashEmbedding, hash_bits_of, positive_int
+from leanlm.modeling.embedding_base import HashEmbedding, hash_bits_of
+from leanlm.modeling.embedding_options import positive_int
 from leanlm.modeling.hash_features import emb_buckets
 # The registry is the files modeling/*_embeddings.py, each read lazily (leanlm.modeling.variants).
 from leanlm.modeling.variants import EMBEDDINGS

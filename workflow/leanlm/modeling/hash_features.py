@@ -18,7 +18,7 @@ from typing import Any
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.embedding_base import positive_int, read_options
+from leanlm.modeling.embedding_options import positive_int, read_options
 from leanlm.modeling.variants import EMBEDDINGS
 
 # Named sizes of HashFormer-Emb (Table 2.2's "Emb (50K)" and "Emb (1K)").
@@ -27,7 +27,8 @@ EMB_BUCKETS = {"50K": 50_260, "1K": 1_037}
 
 def embedding_features(config: ModelConfig) -> tuple[str, ...]:
     """Batch features the model's word embedding reads (empty for the standard lookup)."""
-    return tuple(EMBEDDINGS.get(config.embedding).features)
+    # Read from the variant's source (its class or a base's literal), so asking imports no torch.
+    return tuple(EMBEDDINGS.declared(config.embedding, "features"))
 
 
 def codebook_settings(config: ModelConfig) -> dict[str, Any] | None:

@@ -30,7 +30,8 @@ from torch import nn
 
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.embedding_base import EmbeddingVariant, HashEmbedding, hash_bits_of, positive_int, read_options
+from leanlm.modeling.embedding_base import EmbeddingVariant, HashEmbedding, hash_bits_of
+from leanlm.modeling.embedding_options import positive_int, read_options
 # The registry is the files modeling/*_embeddings.py, each read lazily (leanlm.modeling.variants).
 from leanlm.modeling.variants import EMBEDDINGS
 

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.embedding_base import EmbeddingVariant, read_options
+from leanlm.modeling.embedding_base import EmbeddingVariant
+from leanlm.modeling.embedding_options import read_options
 from leanlm.modeling.variants import EMBEDDINGS
 from leanlm.modeling.vocab import padding_parameters, vocab_table
 

@@ -24,8 +24,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Mapping
 
+from pathlib import Path
+
 from leanlm.errors import ConfigError
+from leanlm.memo import disk_memo
 from leanlm.registry import VariantRegistry
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # leanlm/
 
 ATTENTION = VariantRegistry("attention", "leanlm.modeling.attention", "ATTENTION")
 MIXERS = VariantRegistry("token mixer (ch. 4 attention variant)", "leanlm.modeling.mixers", "MIXERS")
@@ -79,7 +84,36 @@ def variant_modules(model: Mapping[str, Any] | Any) -> list[str]:
 
 def check_variants(config, where: str = "model config") -> None:
     """Each variant ``config`` builds must exist and accept the config; a VARIANT_OPTIONS field set where no
-    variant of the model declares it is an error naming the variants and the key."""
+    variant of the model declares it is an error naming the variants and the key.
+
+    A config that passed is remembered on disk (leanlm.memo) with the model library's sources it passed
+    against: checking imports the variants, and with them torch (about a second of every `snakemake`
+    call's planning); an edit to any model file, or another config, checks again. Refusals are never
+    remembered."""
+    key = _passed_key(config)
+    memo = disk_memo(_PACKAGE_DIR, "leanlm-variant-checks.json")
+    if memo.entries.get(key):
+        return
+    _check_variants(config, where)
+    memo.entries[key] = True
+    memo.changed()
+
+
+def _passed_key(config) -> str:
+    """A hash of ``config``'s fields and of every model-library source (and the registry that reads their
+    declarations), by path, time and size."""
+    import dataclasses
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True, default=repr).encode())
+    for path in sorted((_PACKAGE_DIR / "modeling").rglob("*.py")) + [_PACKAGE_DIR / "registry.py"]:
+        stat = path.stat()
+        digest.update(f"{path.relative_to(_PACKAGE_DIR)}:{stat.st_mtime_ns}:{stat.st_size};".encode())
+    return digest.hexdigest()
+
+
+def _check_variants(config, where: str) -> None:
     built = []
     for registry, name in model_variants(config):
         if name not in registry:

@@ -33,7 +33,8 @@ from leanlm.data.tasks import get_task
 from leanlm.errors import ConfigError, DataError, TrainingError
 from leanlm.evaluation import per_example
 from leanlm.evaluation.metrics import compute_all
-from leanlm.evaluation.perplexity import THESIS_STRIDE, strided_perplexity
+from leanlm.evaluation.perplexity import strided_perplexity
+from leanlm.evaluation.protocol import THESIS_STRIDE
 from leanlm.modeling.checkpoint import load_model
 from leanlm.stages.finetune import TaskRunner, _load_split
 from leanlm.stages.lm_finetune import fine_tune_lm, untruncated

@@ -11,9 +11,25 @@
 
 The stages that use the engine (``leanlm pretrain`` / ``finetune``) are :mod:`leanlm.stages`; ch. 2's hash
 inputs are :mod:`leanlm.hashing`'s wing. Nothing here imports either.
+
+The names below import on first use (PEP 562): planning reads ``training.schedules`` (a warm-up that
+trains nothing is refused when a profile loads) and must not import the engine, and with it torch.
 """
 
-from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.training.schedules import lr_multiplier, schedule_fn, warmup_steps_from_ratio
+from __future__ import annotations
 
-__all__ = ["TrainConfig", "Trainer", "lr_multiplier", "schedule_fn", "warmup_steps_from_ratio"]
+import importlib
+
+_MODULE_OF = {"TrainConfig": "leanlm.training.engine", "Trainer": "leanlm.training.engine",
+              "lr_multiplier": "leanlm.training.schedules", "schedule_fn": "leanlm.training.schedules",
+              "warmup_steps_from_ratio": "leanlm.training.schedules"}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'leanlm.training' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
