@@ -17,7 +17,7 @@ import numpy as np
 
 from leanlm.claims import results as res
 from leanlm.claims.spec import Claim, Part, Side
-from leanlm.claims.stats import (DEFAULT_DRAWS, INCONCLUSIVE, LEVEL, NOT_RUN, SUPPORTED, UNTESTABLE, Interval,
+from leanlm.claims.stats import (CONTRADICTED, DEFAULT_DRAWS, INCONCLUSIVE, LEVEL, NOT_RUN, SUPPORTED, UNTESTABLE, Interval,
                                  Measurement, combine, degenerate, draws_for, paired_bootstrap, simultaneous_level,
                                  verdict)
 from leanlm.reporting.derived import display_scale, lower_is_better, peop, prr
@@ -95,7 +95,8 @@ class _Sides:
         for task in self.tasks:
             results = self.results.task_results(self._any_run(), family, task)
             name = res.resolve_metric(results, metric, task)
-            values.append(self.results.baseline_value(side.baseline, task, name) * display_scale(name))
+            row = self.results.baseline_value(side.baseline, task, name, family=family, run_id=self._any_run())
+            values.append(row * display_scale(name))
             lowers.add(lower_is_better(name))
         constant = float(np.mean(values))
         return (lambda d: np.full(len(next(iter(d.values()))), constant)), lowers.pop()
@@ -224,11 +225,41 @@ def _precondition(cond, guarded: Part, profile: str, config: dict, profile_runs,
     key = (cond.name, own, tuple(tasks) if (same_tasks and tasks is not None) else None)
     if memo is not None and key in memo:
         return memo[key]
-    held = evaluate_part(own, profile, config, profile_runs, tasks if same_tasks else None, draws=draws,
-                         seed=0, results=results)
+    if cond.kind == "varies":
+        held = _predictions_vary(own, config, profile_runs, tasks if same_tasks else None, results)
+    else:
+        held = evaluate_part(own, profile, config, profile_runs, tasks if same_tasks else None, draws=draws,
+                             seed=0, results=results)
     if memo is not None:
         memo[key] = held
     return held
+
+
+def _predictions_vary(part: Part, config: dict, profile_runs, tasks: list[str] | None,
+                      results: res.Results) -> PartResult:
+    """Supported when the run's dev predictions take more than one value on each task the part reads;
+    contradicted, naming the tasks and the value, where it answers one value for every example of every
+    seed (a model at chance whatever its score: comparisons against it carry no information)."""
+    run = part.a.runs[0]
+    label = f"{run}'s predictions" + _where(part, tasks)
+    why = not_run_reason(part, config, profile_runs)
+    if why:
+        return PartResult(part, label, NOT_RUN, reason=why)
+    try:
+        tasks = tasks if tasks is not None else part_tasks(part, config)
+        constant = {}
+        for task in tasks:
+            value = results.constant_prediction(run, part.family, task,
+                                                res.resolve_metric(results.task_results(run, part.family, task),
+                                                                   part.metric, task))
+            if value is not None:
+                constant[task] = value
+    except res.Missing as why:
+        return PartResult(part, label, NOT_RUN, reason=str(why))
+    if constant:
+        listed = ", ".join(f"{task} (always {value:g})" for task, value in constant.items())
+        return PartResult(part, label, CONTRADICTED, reason=f"{run} predicts one value for every example of {listed}")
+    return PartResult(part, label, SUPPORTED, reason=f"{run}'s predictions vary on every task")
 
 
 def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
