@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 N_CLASSIFY = 2000   # examples per classification / multiple-choice / QA set
+N_REGRESSION = 400  # STS-B's examples (a rank correlation per bootstrap draw is the costly statistic)
 N_DOCS = 600        # documents (windows) per perplexity set
 N_SENTENCES = 300   # translation sentences
 
@@ -67,8 +68,8 @@ def _nested_scores(n: int, rate: float, seed: int) -> list[float]:
 
 
 def _document_nll(n: int, units: np.ndarray, perplexity: float, seed: int, model: str) -> np.ndarray:
-    """Per-document NLL with a shared difficulty (seed) and a little of the model's own noise, shifted so
-    that exp(sum NLL / sum units) is exactly ``perplexity``."""
+    """Per-document NLL with a shared difficulty (seed) and a little noise of the model's own (``model``:
+    a run, or a run at one context length), shifted so that exp(sum NLL / sum units) is ``perplexity``."""
     shared = np.random.default_rng(seed).normal(0, 0.3, n)
     own = np.random.default_rng(zlib.crc32(f"{model}|{seed}".encode())).normal(0, 0.05, n)
     nll = units * (math.log(perplexity) + shared + own)
@@ -115,7 +116,8 @@ class World:
             recomputable = [m for m in spec.metrics if m in per_example.RECOMPUTABLE]
             if recomputable:
                 target = value(spec.primary_metric if spec.primary_metric in recomputable else recomputable[0]) / 100
-                ref, pred = _nested_labels(spec, N_CLASSIFY, target, recomputable[0], set_seed)
+                ref, pred = _nested_labels(spec, N_REGRESSION if spec.label_kind == "regression" else N_CLASSIFY,
+                                            target, recomputable[0], set_seed)
                 metrics = compute_all(recomputable, pred, ref)
                 extra = {"per_example": per_example.classification(pred, ref, spec.metrics)}
             else:
@@ -145,26 +147,39 @@ class World:
         raise AssertionError(f"no synthetic results for family {family} (task {spec.name})")
 
     def _translation(self, bleu: float, seed: int) -> dict:
-        """Sentences whose hypotheses keep a prefix (in a fixed order) of the reference's words, the
-        rest replaced, the share chosen so corpus BLEU is nearest ``bleu``."""
+        """Sentences whose hypotheses keep the reference's words at a prefix of one fixed order over every
+        (sentence, position), the rest replaced; the prefix chosen so corpus BLEU is nearest ``bleu``."""
         from leanlm.evaluation import per_example
         from leanlm.evaluation.bleu import STAT_FIELDS, bleu_from_statistics, sentence_statistics
 
         rng = np.random.default_rng(seed)
-        refs = [[f"w{rng.integers(0, 500)}" for _ in range(20)] for _ in range(N_SENTENCES)]
-        order = [rng.permutation(20) for _ in refs]
+        refs = rng.integers(0, 500, (N_SENTENCES, 20))
+        order = rng.permutation(refs.size)
+        refs_text = [" ".join(f"w{w}" for w in r) for r in refs]
 
-        def hyps(keep: int):
-            return [" ".join(w if i in set(o[:keep]) else f"x{i}" for i, w in enumerate(r)) for r, o in zip(refs, order)]
+        def kept_mask(keep: int) -> np.ndarray:
+            kept = np.zeros(refs.size, bool)
+            kept[order[:keep]] = True
+            return kept.reshape(refs.shape)
 
-        refs_text = [" ".join(r) for r in refs]
+        def quick_bleu(keep: int) -> float:
+            """The corpus BLEU sacrebleu gives these sentences: an n-gram of the hypothesis matches exactly
+            when all its words were kept (the replacements x<i> occur in no reference)."""
+            kept = kept_mask(keep)
+            sums = [refs.size, refs.size]
+            correct = [int(np.all([kept[:, i:refs.shape[1] - n + 1 + i] for i in range(n)], axis=0).sum()) for n in range(1, 5)]
+            totals = [(refs.shape[1] - n + 1) * refs.shape[0] for n in range(1, 5)]
+            return bleu_from_statistics(sums + correct + totals)
 
-        def score(keep):
-            stats = sentence_statistics(hyps(keep), refs_text)
-            return bleu_from_statistics([sum(stats[f]) for f in STAT_FIELDS]), stats
-
-        keep = min(range(21), key=lambda k: abs(score(k)[0] - bleu))
-        value, stats = score(keep)
+        lo, hi = 0, refs.size  # BLEU grows with the words kept
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if quick_bleu(mid) < bleu else (lo, mid)
+        keep = min((lo, hi), key=lambda k: abs(quick_bleu(k) - bleu))
+        hyps = [" ".join(f"w{w}" if k else f"x{i}" for i, (w, k) in enumerate(zip(r, kr)))
+                for r, kr in zip(refs, kept_mask(keep))]
+        stats = sentence_statistics(hyps, refs_text)  # the runner's own per-sentence statistics
+        value = bleu_from_statistics([sum(stats[f]) for f in STAT_FIELDS])
         return {"split": "test", "metrics": {"bleu": value}, "primary": value,
                 "checkpoints": [{"epoch": 1, "step": 1, "bleu": value}],
                 "per_example": per_example.scores(stats, {"bleu": ["bleu", {}]})}
@@ -174,7 +189,7 @@ class World:
 
         lengths = self.config["finetune"]["analysis"]["context_lengths"]
         words = np.random.default_rng(seed).integers(200, 400, N_DOCS).astype(float)
-        nll = {n: _document_nll(N_DOCS, words, value(f"perplexity_ctx{n}"), seed, run_id) for n in lengths}
+        nll = {n: _document_nll(N_DOCS, words, value(f"perplexity_ctx{n}"), seed, f"{run_id}|ctx{n}") for n in lengths}
         metrics = {f"perplexity_ctx{n}": float(np.exp(v.sum() / words.sum())) for n, v in nll.items()}
         metrics[spec.primary_metric] = metrics[f"perplexity_ctx{max(lengths)}"]
         pe = per_example.scores({"words": words.tolist(), **{f"nll_ctx{n}": v.tolist() for n, v in nll.items()}},

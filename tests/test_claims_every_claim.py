@@ -235,7 +235,16 @@ def evaluate(root, config, claim_id):
 
 # Claims whose thesis numbers cannot be supported by the stage at any size this test affords, with why;
 # the verdict they get is asserted (never skipped).
-NOT_SUPPORTED_ON_THE_THESIS_NUMBERS: dict[str, tuple[str, str]] = {}
+NOT_SUPPORTED_ON_THE_THESIS_NUMBERS: dict[str, tuple[str, str]] = {
+    "ch2_lsh_proj_near_bert_mlm": (
+        "inconclusive", "the thesis's gap, 79.1 vs 79.5 (-0.4), lies 0.1 GLUE points inside the allowed (-0.5, 0.5): "
+        "an interval that narrow needs far more dev examples than GLUE's smaller tasks have (here 2,000 per task, "
+        "models agreeing on every example but the gap: [-0.50, -0.30])"),
+    "ch4_hybrids_match_standard": (
+        "inconclusive", "hybrid MLP's NLU gap, 48.7 vs 51.9 (-3.2), lies 0.3 points inside the allowed 3.5 (the "
+        "margin was set just above the thesis's widest gap): its simultaneous interval over 12 parts, +-0.4 with "
+        "2,000 examples per task, reaches past -3.5; every other part is supported"),
+}
 
 CLAIMS = [c.id for c in load_claims()]
 
