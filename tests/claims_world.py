@@ -1,7 +1,7 @@
 """A synthetic results tree in which each compared model scores a chosen value, written as leanlm's own
 jobs write their records (tests/test_claims_every_claim.py).
 
-Each family's record is the fine-tuning record (:func:`leanlm.training.finetune._family_record`'s fields
+Each family's record is the fine-tuning record (:func:`leanlm.stages.finetune._family_record`'s fields
 the claims check) holding per-task results shaped by that family's runner, with per-example data made by
 the runner's own helper (:mod:`leanlm.evaluation.per_example`, sacrebleu's sentence statistics); ch. 4's
 Rnd. Guess / Majority rows are computed by the evaluation's own function from synthetic documents and
@@ -201,7 +201,7 @@ class World:
     def _lm_eval(self, spec, value, seed: int, run_id: str) -> dict:
         """lm-eval's per-document samples (what run_lm_eval logs), the metrics lm-eval computes from them,
         and the Rnd. Guess / Majority rows of the documents (the evaluation's own function)."""
-        from leanlm.data.lm_eval_tasks import random_guess_and_majority
+        from leanlm.lm_eval.baselines import random_guess_and_majority
         from leanlm.evaluation import per_example
 
         rng = np.random.default_rng(seed)
@@ -235,7 +235,7 @@ class World:
         """pretrain.json with its per-step times (steady state: a little noise around ``ms_per_sample``)."""
         from leanlm.io import write_json
         from leanlm.runs import get_run
-        from leanlm.training.pretrain import record_head
+        from leanlm.stages.pretrain import record_head
         from leanlm.runs import pretrain_settings as run_pretrain_settings
 
         run = get_run(self.config, run_id)
@@ -247,7 +247,7 @@ class World:
                        "samples_per_step": samples_per_step, "step_seconds": step.tolist()}})
 
     def collect_baselines(self) -> None:
-        from leanlm.evaluation.lm_eval_baselines import collect_baselines
+        from leanlm.lm_eval.baselines import collect_baselines
 
         collect_baselines(self.profile)
 
