@@ -134,6 +134,9 @@ onerror:
 localrules:
     data,
     aggregate,
+    all_runs,
+    experiment_baselines,
+    lm_eval_baselines,
     render_table,
     render_figure,
     params_table,
