@@ -147,6 +147,9 @@ localrules:
     pdf,
     claims,
     all,
+    table,
+    chapter,
+    model,
 
 
 include: "workflow/rules/common.smk"
@@ -155,6 +158,7 @@ include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/report_page.smk"
+include: "workflow/rules/targets.smk"
 
 
 rule all:

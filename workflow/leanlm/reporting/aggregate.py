@@ -199,19 +199,20 @@ def write_piece(profile: str, experiment: str, config: dict | None = None) -> Pa
     return _write(aggregate(profile, config, experiment), piece_path(profile, experiment))
 
 
-def combine(profile: str, config: dict) -> Path:
-    """Write results/<profile>/all_runs.csv from the pieces of ``config``'s experiments, with the results on
-    disk of the experiments it does not run aggregated beside them, and return its path.
+def combine(profile: str, config: dict | None = None, experiments: list[str] | None = None) -> Path:
+    """Write results/<profile>/all_runs.csv from the pieces of ``experiments`` (default: ``config``'s), with
+    the results on disk of the other experiments aggregated beside them, and return its path.
 
     The pieces are joined as text, in experiment order: every piece is sorted as the whole frame is (by
     experiment first), so the file is byte for byte what aggregating every run at once writes."""
-    ours = sorted(config["experiments"])
+    ours = sorted(experiments if experiments is not None else config["experiments"])
     missing = [str(piece_path(profile, e)) for e in ours if not piece_path(profile, e).is_file()]
     if missing:
+        params = (config or {}).get("_params_file", "PARAMS")
         raise LeanLMError(f"{', '.join(missing)} missing: aggregate each experiment first (`leanlm aggregate "
-                          f"--params {config.get('_params_file', 'PARAMS')} --experiment NAME`, or snakemake)")
+                          f"--params {params} --experiment NAME`, or snakemake)")
     bodies = {e: piece_path(profile, e).read_text(encoding="utf-8").split("\n", 1)[1] for e in ours}
-    rest = [p for p in result_files(profile) if not any(p.parent.name.startswith(f"{e}-") for e in ours)]
+    rest = [p for p in result_files(profile) if p.parent.name.split("-", 1)[0] not in ours]
     if rest:  # kept from earlier runs: a run of part of the matrix reports them too
         frame = _tidy(profile, rest, config)
         for experiment, rows in frame.groupby("experiment", sort=False):
@@ -235,15 +236,17 @@ def collect_baselines(profile: str, experiment: str | None = None) -> Path | Non
     return collect(profile, experiment)
 
 
-def main(profile: str, config: dict) -> Path:
+def main(profile: str, config: dict | None = None) -> Path:
     """By hand (``leanlm aggregate`` alone): every piece of ``config``'s experiments (and its lm_eval
-    baselines), all_runs.csv and the whole profile's lm_eval baselines; return all_runs.csv's path."""
-    for experiment in config["experiments"]:
-        if experiment_files(profile, experiment):  # an experiment not run yet has no piece (its tables say so)
-            write_piece(profile, experiment, config)
-            collect_baselines(profile, experiment)
-    out = combine(profile, {**config, "experiments": [e for e in config["experiments"]
-                                                      if piece_path(profile, e).is_file()]})
+    baselines), all_runs.csv and the whole profile's lm_eval baselines; return all_runs.csv's path. Without
+    ``config``: the experiments of the results on disk, unchecked (see :func:`aggregate`)."""
+    on_disk = sorted({p.parent.name.split("-", 1)[0] for p in result_files(profile)})
+    listed = config["experiments"] if config is not None else on_disk
+    done = [e for e in listed if e in on_disk]  # an experiment not run yet has no piece (its tables say so)
+    for experiment in done:
+        write_piece(profile, experiment, config)
+        collect_baselines(profile, experiment)
+    out = combine(profile, config, done)
     collect_baselines(profile)
     return out
 
