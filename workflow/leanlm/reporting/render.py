@@ -235,7 +235,7 @@ def check_aggregated_settings(profile: str, config: dict, tidy: pd.DataFrame) ->
 
     params_file = config.get("_params_file", f"params/{profile}.yaml")
     aggregate = f"`leanlm aggregate --params {params_file}`"
-    csv = "the aggregated results"
+    csv = ", ".join(str(piece_path(profile, e)) for e in sorted(set(tidy["experiment"]))) or "the aggregated results"
     if "settings_hash" not in tidy.columns:
         raise DataError(f"{csv} has no column settings_hash: it was written by an older leanlm, whose aggregation did "
                         f"not check the results against the profile's settings; run {aggregate}")
