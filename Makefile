@@ -1,6 +1,7 @@
 # The two commands of the README. Both set everything up first (scripts/setup.sh is idempotent).
 #   make reproduce   # set up, then run the default reproduction (profile: smoke)
 #   make validate    # check a profile (PARAMS=...) without running anything
+#   make table T=table_4_1 / chapter C=4 / model RUN=ch3_encoder-mhe_mul   # part of the matrix (docs/running.md)
 #   make test        # set up, then run the test suite (what .ci/run runs first)
 #   make rehearsal   # set up, then the rehearsal: the paper profile at tiny size on hub fixtures (.ci/run runs it)
 #   make mutate      # mutation testing of the core modules (docs/mutation-testing.md); not in CI
@@ -15,7 +16,7 @@ VENV ?= .venv
 PARAMS ?= params/smoke.yaml
 CORES ?= all
 
-.PHONY: setup reproduce validate test rehearsal analytic mutate gpu-bundle clean
+.PHONY: setup reproduce validate table chapter model test rehearsal analytic mutate gpu-bundle clean
 
 setup:
 	bash scripts/setup.sh
@@ -29,6 +30,20 @@ reproduce: setup
 
 validate:
 	$(VENV)/bin/leanlm validate --params '$(PARAMS)' $(if $(SUBSET),--subset '$(SUBSET)') > /dev/null
+
+# Part of the matrix (docs/running.md): Snakemake's target rules `table`, `chapter` and `model`
+# (workflow/rules/targets.smk), named through --config, which (like --configfile) goes after the target.
+# Run `make setup` (or `make reproduce`) once first. SNAKEMAKE_ARGS: more options, e.g. -n for the plan.
+PART = $(VENV)/bin/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+PART_CONFIG = $(if $(SUBSET),subset='$(SUBSET)') --configfile '$(PARAMS)'
+table:
+	$(PART) table --config table='$(T)' $(PART_CONFIG)
+
+chapter:
+	$(PART) chapter --config chapter='$(C)' $(PART_CONFIG)
+
+model:
+	$(PART) model --config run='$(RUN)' $(PART_CONFIG)
 
 analytic: setup
 	$(VENV)/bin/snakemake --cores 1 analytic --configfile $(PARAMS)

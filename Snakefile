@@ -134,6 +134,9 @@ onerror:
 localrules:
     data,
     aggregate,
+    all_runs,
+    experiment_baselines,
+    lm_eval_baselines,
     render_table,
     render_figure,
     params_table,
@@ -144,6 +147,9 @@ localrules:
     pdf,
     claims,
     all,
+    table,
+    chapter,
+    model,
 
 
 include: "workflow/rules/common.smk"
@@ -152,6 +158,7 @@ include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/report_page.smk"
+include: "workflow/rules/targets.smk"
 
 
 rule all:

@@ -290,7 +290,8 @@ def test_render_by_hand_after_a_profile_edit_is_refused(scratch_root, capsys):
     frame = tidy_frame(config)
     by_id = {run.run_id: run for run in runs(config)}
     frame["settings_hash"] = [settings_hash(config, by_id[r], f) for r, f in zip(frame["run_id"], frame["family"])]
-    out = scratch_root / "results" / "smoke" / "all_runs.csv"
+    frame = frame[frame["experiment"] == "ch3_encoder"]  # what Table 3.1 reads: its experiment's piece
+    out = scratch_root / "results" / "smoke" / "experiments" / "ch3_encoder.csv"
     out.parent.mkdir(parents=True)
     frame.to_csv(out, index=False)
     code, printed = leanlm(capsys, "render", "--params", str(params), "--table", "table_3_1")
@@ -300,7 +301,7 @@ def test_render_by_hand_after_a_profile_edit_is_refused(scratch_root, capsys):
     edit_yaml(params, lambda d: d["finetune"]["glue"].update(lr=1.0e-3))
     code, printed = leanlm(capsys, "render", "--params", str(params), "--table", "table_3_1")
     assert_refused(code, printed, str(out), "ch3_encoder-", "glue", "leanlm aggregate")
-    # an all_runs.csv from before the fingerprints (or made without a profile) is refused alike
+    # a piece from before the fingerprints (or made without a profile) is refused alike
     frame.drop(columns="settings_hash").to_csv(out, index=False)
     code, printed = leanlm(capsys, "render", "--params", str(params), "--table", "table_3_1")
     assert_refused(code, printed, str(out), "leanlm aggregate")

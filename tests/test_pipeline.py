@@ -322,8 +322,10 @@ def test_changed_model_reruns_only_its_jobs(built):
     matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
         jobs = planned_jobs(built)
-        # its pretraining, its three task families, then aggregation and what is rendered from it
-        assert (jobs.pop("pretrain"), jobs.pop("finetune"), jobs.pop("aggregate")) == (1, 3, 1), jobs
+        # its pretraining, its three task families, then its experiment's aggregation (and all_runs.csv, which
+        # the claims read) and what is rendered from it
+        assert (jobs.pop("pretrain"), jobs.pop("finetune"), jobs.pop("aggregate"), jobs.pop("all_runs")) == (1, 3, 1, 1)
+        assert planned_wildcards(built, "aggregate") == ["profile=smoke, experiment=ch3_encoder"]
         assert set(jobs) <= {"render_table", "claims", "pdf", "report_page", "all"} and jobs["render_table"] >= 2, jobs
         assert jobs["claims"] == 1, jobs  # the claims read the runs' results
         assert [w for w in planned_wildcards(built, "pretrain")] == ["profile=smoke, run_id=ch3_encoder-mhe_mul"]
@@ -367,7 +369,8 @@ def test_changed_runner_reruns_its_finetuning_and_no_pretraining(built):
     # SQuAD's runner: the squad family of each encoder run, then aggregation and what is rendered from it
     assert "pretrain" not in jobs and jobs.pop("finetune") == 3, jobs
     assert {w.split("family=")[1] for w in wildcards["finetune"]} == {"squad"}, wildcards["finetune"]
-    assert set(jobs) <= {"aggregate", "render_table", "render_figure", "claims", "pdf", "report_page", "all"}, jobs
+    assert set(jobs) <= {"aggregate", "all_runs", "render_table", "render_figure", "claims", "pdf", "report_page",
+                         "all"}, jobs
 
 
 def test_changed_chapter_renderer_reruns_only_that_chapters_tables(built):
@@ -461,6 +464,6 @@ def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_pat
     doc["ch3_encoder"]["runs"]["mhe_mul"]["n_layers"] = 2
     matrix.write_text(yaml.safe_dump(doc, sort_keys=False))
     jobs = planned_jobs(in_clone)
-    assert (jobs.pop("pretrain"), jobs.pop("finetune"), jobs.pop("aggregate")) == (1, 3, 1), jobs
+    assert (jobs.pop("pretrain"), jobs.pop("finetune"), jobs.pop("aggregate"), jobs.pop("all_runs")) == (1, 3, 1, 1)
     assert set(jobs) <= {"render_table", "claims", "pdf", "report_page", "all"} and jobs["render_table"] >= 2, jobs
     assert planned_wildcards(in_clone, "pretrain") == ["profile=smoke, run_id=ch3_encoder-mhe_mul"]

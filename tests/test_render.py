@@ -105,7 +105,7 @@ def test_aggregate_without_results_is_a_clear_error(root):
 
 # --------------------------------------------------------------------------- rendering machinery
 def test_render_needs_the_aggregate_and_a_known_table(root, config):
-    with pytest.raises(LeanLMError, match="all_runs.csv does not exist"):
+    with pytest.raises(LeanLMError, match="experiments/ch3_encoder.csv does not exist"):
         render_table("smoke", "table_3_1", config)
     with pytest.raises(LeanLMError, match="unknown table 'table_9_9'"):
         render_table("smoke", "table_9_9", config)

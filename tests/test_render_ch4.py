@@ -178,6 +178,9 @@ def write_records(root: Path, config: dict) -> None:
                  "lm_eval_lambada_openai": {"random_guess": {"perplexity": 3e6, "acc": 0.0}, "majority": None}}
     (results / "baselines").mkdir()
     (results / "baselines" / "lm_eval.json").write_text(json.dumps({"tasks": baselines}))
+    for experiment in config["experiments"]:  # and each experiment's, which its tables read
+        (results / "baselines" / experiment).mkdir()
+        (results / "baselines" / experiment / "lm_eval.json").write_text(json.dumps({"tasks": baselines}))
 
 
 @pytest.fixture(scope="module")
@@ -290,11 +293,12 @@ def test_table_4_4_context_lengths(rendered):
 
 
 def test_baselines_from_local_task_files(project):
-    """Without baselines/lm_eval.json, the rows come from the stand-ins' own data (data/<p>/tasks/lm_eval/)."""
+    """Without baselines/<experiment>/lm_eval.json, the rows come from the stand-ins' own data (data/<p>/tasks/lm_eval/)."""
     from leanlm.reporting.ch4.records import baseline_scores
 
     root, config = project
-    (root / "results" / "smoke" / "baselines" / "lm_eval.json").unlink()
+    for path in (root / "results" / "smoke" / "baselines").rglob("lm_eval.json"):
+        path.unlink()
     folder = root / "data" / "smoke" / "tasks" / "lm_eval"
     folder.mkdir(parents=True)
     rows = [{"query": "q", "choices": ["a", "b", "c", "d"], "label": label} for label in (0, 0, 1, 3)]

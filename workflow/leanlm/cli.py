@@ -104,10 +104,17 @@ def cmd_finetune(args) -> None:
 
 
 def cmd_aggregate(args) -> None:
-    from leanlm.reporting.aggregate import main
+    from leanlm.reporting import aggregate
 
-    config = _config(args)
-    main(config["profile"], config)  # each record checked against the profile's settings
+    config = _config(args)  # each record checked against the profile's settings
+    if args.baselines:
+        aggregate.collect_baselines(config["profile"], args.experiment)
+    elif args.experiment:
+        aggregate.write_piece(config["profile"], args.experiment, config)
+    elif args.combine:
+        aggregate.combine(config["profile"], config)
+    else:
+        aggregate.main(config["profile"], config)
 
 
 def cmd_render(args) -> None:
@@ -340,8 +347,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--family", required=True, help="task family, e.g. glue")
     p.set_defaults(func=cmd_finetune)
 
-    p = sub.add_parser("aggregate", help="all run metrics -> results/<profile>/all_runs.csv")
+    p = sub.add_parser("aggregate", help="run metrics -> results/<profile>/experiments/<experiment>.csv, all_runs.csv")
     _params_arg(p)
+    # None of them: every step (by hand); Snakemake runs one step per job.
+    p.add_argument("--experiment", help="only this experiment's runs -> results/<profile>/experiments/<name>.csv")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--combine", action="store_true",
+                      help="only all_runs.csv, from the experiments' pieces (and the other results on disk)")
+    what.add_argument("--baselines", action="store_true",
+                      help="only ch. 4's Rnd. Guess / Majority rows -> results/<profile>/baselines/lm_eval.json "
+                           "(with --experiment: from its runs, into baselines/<experiment>/lm_eval.json)")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("render", help="render one thesis table (.tex + .csv) from the aggregated results")

@@ -1,4 +1,4 @@
-# Aggregation, table rendering, analytic tables/figures and the compiled PDF.
+# Aggregation (per experiment), table rendering, analytic tables/figures and the compiled PDF.
 #
 # params/tables.yaml lists every output (TABLES, loaded by the Snakefile): kind results (from runs),
 # params (from the profile's params file alone) and analytic (counting at the thesis's scale).
@@ -29,29 +29,102 @@ def params_tables():
 
 
 def lm_eval_baselines():
-    """Ch. 4's Rnd. Guess / Majority rows, which aggregation writes when any run has lm_eval results."""
+    """Ch. 4's Rnd. Guess / Majority rows of every run with lm_eval results (the claims read them)."""
     if any("lm_eval" in run.finetune for run in RUNS.values()):
         return [f"results/{PROFILE}/baselines/lm_eval.json"]
     return []
 
 
+def experiment_baselines(experiments):
+    """The same rows, from each of ``experiments``' own lm_eval runs (what a ch. 4 table reads)."""
+    return [f"results/{PROFILE}/baselines/{e}/lm_eval.json" for e in experiments
+            if any("lm_eval" in run.finetune for run in RUNS.values() if run.experiment == e)]
+
+
+def experiment_results(experiment):
+    """The fine-tuning results of one experiment's runs: what its piece of the aggregate is made of."""
+    return [f"results/{PROFILE}/runs/{run_id}/{family}.json"
+            for run_id, run in RUNS.items() if run.experiment == experiment for family in run.finetune]
+
+
+def piece_of(experiment):
+    return f"results/{PROFILE}/experiments/{experiment}.csv"
+
+
+def table_inputs(name):
+    """The aggregated results a results table or figure reads: the pieces of its experiments
+    (tables.yaml's `experiments` and `optional` that this profile runs) and, for ch. 4's, the lm_eval
+    baselines. So `snakemake paper_tables/<profile>/<table>.tex` runs only that table's runs."""
+    spec = TABLES[name]
+    experiments = [e for e in dict.fromkeys(spec["experiments"] + spec.get("optional", [])) if e in CFG["experiments"]]
+    return [piece_of(e) for e in experiments] + experiment_baselines(experiments)
+
+
+# Aggregation, one job per experiment: results/<profile>/experiments/<experiment>.csv from its runs' results
+# (leanlm.reporting.aggregate). A table, figure or chapter waits for its own experiments only.
 rule aggregate:
     input:
-        family_results(),
+        lambda w: experiment_results(w.experiment),
     output:
-        f"results/{PROFILE}/all_runs.csv",
-        lm_eval_baselines(),
+        "results/{profile}/experiments/{experiment}.csv",
+    wildcard_constraints:
+        experiment="|".join(sorted(CFG["experiments"], key=len, reverse=True)) or "NONE",
     params:
         code=code_of("leanlm.reporting.aggregate"),
     log:
-        f"logs/{PROFILE}/aggregate.log",
+        "logs/{profile}/aggregate/{experiment}.log",
     shell:
-        "leanlm aggregate {P} > {log:q} 2>&1"
+        "leanlm aggregate {P} --experiment {wildcards.experiment:q} > {log:q} 2>&1"
+
+
+# The whole profile's tidy table (the claims stage and anyone reading every run), put together from the
+# pieces, with the results on disk of experiments this run leaves out (a subset keeps and reports them).
+rule all_runs:
+    input:
+        [piece_of(e) for e in CFG["experiments"]],
+    output:
+        f"results/{PROFILE}/all_runs.csv",
+    params:
+        code=code_of("leanlm.reporting.aggregate"),
+    log:
+        f"logs/{PROFILE}/all_runs.log",
+    shell:
+        "leanlm aggregate {P} --combine > {log:q} 2>&1"
+
+
+rule experiment_baselines:
+    input:
+        lambda w: [p for p in experiment_results(w.experiment) if p.endswith("/lm_eval.json")],
+    output:
+        "results/{profile}/baselines/{experiment}/lm_eval.json",
+    wildcard_constraints:
+        experiment="|".join(sorted(CFG["experiments"], key=len, reverse=True)) or "NONE",
+    params:
+        code=code_of("leanlm.lm_eval.baselines"),
+    log:
+        "logs/{profile}/experiment_baselines/{experiment}.log",
+    shell:
+        "leanlm aggregate {P} --baselines --experiment {wildcards.experiment:q} > {log:q} 2>&1"
+
+
+if lm_eval_baselines():
+
+    rule lm_eval_baselines:
+        input:
+            [path for path in family_results() if path.endswith("/lm_eval.json")],
+        output:
+            lm_eval_baselines(),
+        params:
+            code=code_of("leanlm.lm_eval.baselines"),
+        log:
+            f"logs/{PROFILE}/lm_eval_baselines.log",
+        shell:
+            "leanlm aggregate {P} --baselines > {log:q} 2>&1"
 
 
 rule render_table:
     input:
-        results=f"results/{PROFILE}/all_runs.csv",
+        results=lambda w: table_inputs(w.table),
         template=lambda w: template_of(w.table),
         reported="params/reported/{table}.csv",
         extra=lambda w: extra_inputs(w.table),
@@ -79,10 +152,10 @@ rule render_table:
 
 
 # Figures drawn from runs (ch. 4: indicators, logits, layouts, sizes, loss curves). Their per-run
-# inputs (analysis.json: family `analysis`; pretrain.json: written with the model) come with all_runs.csv.
+# inputs (analysis.json: family `analysis`; pretrain.json: written with the model) come with their pieces.
 rule render_figure:
     input:
-        results=f"results/{PROFILE}/all_runs.csv",
+        results=lambda w: table_inputs(w.table),
         reported=lambda w: reported_of(w.table),
     output:
         pdf="paper_tables/{profile}/{table}.pdf",
@@ -188,6 +261,7 @@ rule claims:
     input:
         results=f"results/{PROFILE}/all_runs.csv",
         runs=family_results(),
+        baselines=lm_eval_baselines(),
         claims="params/claims.yaml",
         schema="workflow/schemas/claims.schema.json",
         template="workflow/templates/claims.tex.j2",

@@ -111,14 +111,23 @@ def task_baselines(task, tokenizer, limit: int | float | None = None) -> dict:
     return {**out, "split": evaluated_split(task)}
 
 
-def collect_baselines(profile: str) -> Path | None:
+def baselines_path(profile: str, experiment: str | None = None) -> Path:
+    """results/<profile>/baselines/lm_eval.json (every run's), or <experiment>/lm_eval.json (its runs')."""
+    folder = paths.results_dir(profile) / "baselines"
+    return (folder / experiment if experiment else folder) / BASELINES_FILE
+
+
+def collect_baselines(profile: str, experiment: str | None = None) -> Path | None:
     """Write results/<profile>/baselines/lm_eval.json from the runs' lm_eval.json records (None, and no
-    file, when the profile has none). Runs must agree; a disagreeing one is reported and ignored."""
+    file, when the profile has none); ``experiment``: from its runs only, into
+    results/<profile>/baselines/<experiment>/lm_eval.json (what a table of that experiment reads). Runs
+    must agree; a disagreeing one is reported and ignored."""
     runs = paths.results_dir(profile) / "runs"
-    out = paths.results_dir(profile) / "baselines" / BASELINES_FILE
+    out = baselines_path(profile, experiment)
+    pattern = f"{experiment}-*/{BASELINES_FILE}" if experiment else f"*/{BASELINES_FILE}"
     tasks: dict[str, dict] = {}
     source: dict[str, str] = {}
-    for path in sorted(runs.glob(f"*/{BASELINES_FILE}")):
+    for path in sorted(runs.glob(pattern)):
         record = json.loads(path.read_text(encoding="utf-8"))
         for result in record.get("results", []):
             row = {k: result.get(k) for k in ("lm_eval_task", "thesis_name")}

@@ -1,6 +1,7 @@
 """leanlm.reporting: aggregation, tables, figures.
 
-Shared machinery here: :mod:`.aggregate` (runs -> all_runs.csv), :mod:`.derived` (PRR, PEoP, ...),
+Shared machinery here: :mod:`.aggregate` (runs -> one tidy table per experiment, and all_runs.csv),
+:mod:`.derived` (PRR, PEoP, ...),
 :mod:`.render` (tables: formatting, checks, writing .tex/.csv), :mod:`.analytic` (outputs that need no
 training), :mod:`.grid` and :mod:`.latex` (templates, the PDF), :mod:`.figures` (plot style),
 :mod:`.reported` (the thesis's printed numbers), :mod:`.params_tables` (hyperparameter tables).

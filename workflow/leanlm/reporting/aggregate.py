@@ -1,7 +1,11 @@
-"""Aggregation: every per-run results JSON of a profile -> one tidy table, results/<profile>/all_runs.csv.
+"""Aggregation: the per-run results JSONs of a profile -> tidy tables, one per experiment
+(results/<profile>/experiments/<experiment>.csv) and the whole profile's (results/<profile>/all_runs.csv).
 
 One row per (run, task family, task, seed, metric), so every table of the thesis is a filter and a
-group-by of the same frame. Fine-tuning jobs write results/<profile>/runs/<run_id>/<family>.json;
+group-by of the same frame. A table reads the pieces of its own experiments (params/tables.yaml's
+``experiments`` and ``optional``), so rendering it waits for those runs only; all_runs.csv is the pieces
+put together, plus the results on disk of experiments the run at hand does not include (a subset, a
+shorter experiments list), so a run of part of the matrix keeps and reports the rest. Fine-tuning jobs write results/<profile>/runs/<run_id>/<family>.json;
 pretraining summaries (pretrain.json) hold no task metrics and are skipped here.
 
 A metric must be a finite number: a NaN left in the frame would silently drop out of every mean (GLUE's
@@ -139,15 +143,32 @@ def result_files(profile: str) -> list[Path]:
     return sorted(p for p in runs.glob("*/*.json") if p.name not in SKIPPED)
 
 
-def aggregate(profile: str, config: dict | None = None) -> pd.DataFrame:
-    """Read every results/<profile>/runs/*/*.json into one tidy DataFrame with :data:`COLUMNS`; with the
-    profile's ``config``, each record checked against its settings (see the module docstring)."""
-    files = result_files(profile)
+def experiment_files(profile: str, experiment: str) -> list[Path]:
+    """The fine-tuning results JSONs of ``experiment``'s runs, sorted: a run id is ``<experiment>-<run>``, and
+    an experiment's name has no ``-`` (workflow/schemas/experiments.schema.json)."""
+    return [p for p in result_files(profile) if p.parent.name.startswith(f"{experiment}-")]
+
+
+def piece_path(profile: str, experiment: str) -> Path:
+    """results/<profile>/experiments/<experiment>.csv: the tidy rows of one experiment."""
+    return paths.results_dir(profile) / "experiments" / f"{experiment}.csv"
+
+
+def aggregate(profile: str, config: dict | None = None, experiment: str | None = None) -> pd.DataFrame:
+    """Read every results/<profile>/runs/*/*.json (``experiment``: only that experiment's) into one tidy
+    DataFrame with :data:`COLUMNS`; with the profile's ``config``, each record checked against its settings
+    (see the module docstring)."""
+    files = result_files(profile) if experiment is None else experiment_files(profile, experiment)
     if not files:
+        runs = paths.results_dir(profile) / "runs"
         raise LeanLMError(
-            f"no fine-tuning results under {paths.results_dir(profile) / 'runs'}/<run_id>/<family>.json; "
+            f"no fine-tuning results under {runs}/{experiment + '-*' if experiment else '<run_id>'}/<family>.json; "
             "run the fine-tuning stage first (snakemake, or `leanlm finetune --run ... --family ...`)"
         )
+    return _tidy(profile, files, config)
+
+
+def _tidy(profile: str, files: list[Path], config: dict | None) -> pd.DataFrame:
     checker = RecordChecker(config) if config is not None else None
     rows = [row for path in files for row in rows_from_file(path, profile, checker)]
     df = pd.DataFrame(rows, columns=COLUMNS)
@@ -163,23 +184,91 @@ def aggregate(profile: str, config: dict | None = None) -> pd.DataFrame:
     )
 
 
-def main(profile: str, config: dict | None = None) -> Path:
-    """Write results/<profile>/all_runs.csv atomically and return its path (``config``: see :func:`aggregate`)."""
-    df = aggregate(profile, config)
-    out = paths.results_dir(profile) / "all_runs.csv"
+def _write(frame: pd.DataFrame, out: Path) -> Path:
     with atomic_path(out, suffix=".csv") as tmp:
-        df.to_csv(tmp, index=False)
-    log.info("aggregated %d rows from %d runs into %s", len(df), df["run_id"].nunique(), out)
-    # Ch. 4's Rnd. Guess / Majority rows, which the lm_eval runs record: results/<profile>/baselines/.
-    from leanlm.lm_eval.baselines import collect_baselines
+        frame.to_csv(tmp, index=False)
+    log.info("aggregated %d rows from %d runs into %s", len(frame), frame["run_id"].nunique(), out)
+    return out
 
+
+def write_piece(profile: str, experiment: str, config: dict | None = None) -> Path:
+    """Write results/<profile>/experiments/<experiment>.csv atomically and return its path."""
+    if config is not None and experiment not in config["experiments"]:
+        raise LeanLMError(f"aggregate: profile {profile!r} ({config.get('_params_file', 'its params file')}) does not "
+                          f"run experiment {experiment!r}; it runs {', '.join(config['experiments'])}")
+    return _write(aggregate(profile, config, experiment), piece_path(profile, experiment))
+
+
+def combine(profile: str, config: dict | None = None, experiments: list[str] | None = None) -> Path:
+    """Write results/<profile>/all_runs.csv from the pieces of ``experiments`` (default: ``config``'s), with
+    the results on disk of the other experiments aggregated beside them, and return its path.
+
+    The pieces are joined as text, in experiment order: every piece is sorted as the whole frame is (by
+    experiment first), so the file is byte for byte what aggregating every run at once writes."""
+    ours = sorted(experiments if experiments is not None else config["experiments"])
+    missing = [str(piece_path(profile, e)) for e in ours if not piece_path(profile, e).is_file()]
+    if missing:
+        params = (config or {}).get("_params_file", "PARAMS")
+        raise LeanLMError(f"{', '.join(missing)} missing: aggregate each experiment first (`leanlm aggregate "
+                          f"--params {params} --experiment NAME`, or snakemake)")
+    bodies = {e: piece_path(profile, e).read_text(encoding="utf-8").split("\n", 1)[1] for e in ours}
+    rest = [p for p in result_files(profile) if p.parent.name.split("-", 1)[0] not in ours]
+    if rest:  # kept from earlier runs: a run of part of the matrix reports them too
+        frame = _tidy(profile, rest, config)
+        for experiment, rows in frame.groupby("experiment", sort=False):
+            bodies[experiment] = rows.to_csv(index=False).split("\n", 1)[1]
+    if not any(bodies.values()):
+        raise LeanLMError(f"no fine-tuning results under {paths.results_dir(profile) / 'runs'}; run the "
+                          "fine-tuning stage first (snakemake, or `leanlm finetune --run ... --family ...`)")
+    out = paths.results_dir(profile) / "all_runs.csv"
+    header = pd.DataFrame(columns=COLUMNS).to_csv(index=False)
+    with atomic_path(out, suffix=".csv") as tmp:
+        Path(tmp).write_text(header + "".join(bodies[e] for e in sorted(bodies)), encoding="utf-8")
+    log.info("put together %d experiments' results into %s", len(bodies), out)
+    return out
+
+
+def collect_baselines(profile: str, experiment: str | None = None) -> Path | None:
+    """Ch. 4's Rnd. Guess / Majority rows, which the lm_eval runs record: results/<profile>/baselines/
+    (:func:`leanlm.lm_eval.baselines.collect_baselines`)."""
+    from leanlm.lm_eval.baselines import collect_baselines as collect
+
+    return collect(profile, experiment)
+
+
+def main(profile: str, config: dict | None = None) -> Path:
+    """By hand (``leanlm aggregate`` alone): every piece of ``config``'s experiments (and its lm_eval
+    baselines), all_runs.csv and the whole profile's lm_eval baselines; return all_runs.csv's path. Without
+    ``config``: the experiments of the results on disk, unchecked (see :func:`aggregate`)."""
+    on_disk = sorted({p.parent.name.split("-", 1)[0] for p in result_files(profile)})
+    listed = config["experiments"] if config is not None else on_disk
+    done = [e for e in listed if e in on_disk]  # an experiment not run yet has no piece (its tables say so)
+    for experiment in done:
+        write_piece(profile, experiment, config)
+        collect_baselines(profile, experiment)
+    out = combine(profile, config, done)
     collect_baselines(profile)
     return out
 
 
-def load(profile: str) -> pd.DataFrame:
-    """Read results/<profile>/all_runs.csv (written by :func:`main`)."""
-    path = paths.results_dir(profile) / "all_runs.csv"
-    if not path.is_file():
-        raise LeanLMError(f"{path} does not exist; run `leanlm aggregate` (or the aggregate rule) first")
-    return pd.read_csv(path, dtype={"task": str, "metric": str, "run": str, "run_id": str, "settings_hash": str})
+DTYPES = {"task": str, "metric": str, "run": str, "run_id": str, "settings_hash": str}
+
+
+def load(profile: str, experiments: list[str] | None = None) -> pd.DataFrame:
+    """Read results/<profile>/all_runs.csv, or only the pieces of ``experiments`` (written by
+    :func:`write_piece`; none: an empty frame)."""
+    if experiments is None:
+        path = paths.results_dir(profile) / "all_runs.csv"
+        if not path.is_file():
+            raise LeanLMError(f"{path} does not exist; run `leanlm aggregate` (or snakemake) first")
+        return pd.read_csv(path, dtype=DTYPES)
+    frames = []
+    for experiment in experiments:
+        path = piece_path(profile, experiment)
+        if not path.is_file():
+            raise LeanLMError(f"{path} does not exist; run `leanlm aggregate --experiment {experiment}` (or "
+                              "snakemake, which aggregates each experiment after its runs) first")
+        frames.append(pd.read_csv(path, dtype=DTYPES))
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(frames, ignore_index=True)

@@ -3,7 +3,8 @@
 Each thesis table is one function (registered by dotted path: :data:`TABLES`) plus a template: its own
 workflow/templates/<name>.tex.j2, or the one its context names (``context["template"]``, most
 often the generic grid_table.tex.j2 of :mod:`leanlm.reporting.grid`; params/tables.yaml says the
-same under ``template:`` for Snakemake). The function reads the tidy results (results/<profile>/all_runs.csv),
+same under ``template:`` for Snakemake). The function reads the tidy results of the table's experiments
+(results/<profile>/experiments/<experiment>.csv, :mod:`leanlm.reporting.aggregate`),
 checks that every run and task the table needs is there (tables come from real runs only), computes
 the reproduced numbers with :mod:`leanlm.reporting.derived`, puts the thesis's printed numbers
 (:mod:`leanlm.reporting.reported`) beside them, and returns a :class:`Table`: the frame written as
@@ -178,9 +179,11 @@ def run_label(run: Run) -> str:
 def require_results(tidy: pd.DataFrame, profile: str, table: str, selected: list[Run], family: str,
                     tasks: Sequence[str], seeds: Sequence[int]) -> pd.DataFrame:
     """The primary-metric rows of ``family`` for ``selected`` runs, tasks and seeds; error if any is missing."""
-    csv = paths.results_dir(profile) / "all_runs.csv"
+    from leanlm.reporting.aggregate import piece_path
+
     keep = []
     for run in selected:
+        csv = piece_path(profile, run.experiment)
         source = paths.results_dir(profile) / "runs" / run.run_id / f"{family}.json"
         rows = tidy[(tidy["run_id"] == run.run_id) & (tidy["family"] == family) & tidy["is_primary"].astype(bool)]
         if rows.empty:
@@ -226,12 +229,13 @@ def check_aggregated_settings(profile: str, config: dict, tidy: pd.DataFrame) ->
     rendered by hand after a profile edit would caption those results with the new settings. Every
     (run, family) the profile runs that the tidy table holds must carry the fingerprint the profile gives
     now. Where one differs, the run's results file says what changed (or, where it matches the profile,
-    that all_runs.csv is older than it)."""
+    that the experiment's aggregated piece is older than it)."""
     from leanlm.record_settings import RecordChecker, read_record, settings_hash
+    from leanlm.reporting.aggregate import piece_path
 
-    csv = paths.results_dir(profile) / "all_runs.csv"
     params_file = config.get("_params_file", f"params/{profile}.yaml")
     aggregate = f"`leanlm aggregate --params {params_file}`"
+    csv = ", ".join(str(piece_path(profile, e)) for e in sorted(set(tidy["experiment"]))) or "the aggregated results"
     if "settings_hash" not in tidy.columns:
         raise DataError(f"{csv} has no column settings_hash: it was written by an older leanlm, whose aggregation did "
                         f"not check the results against the profile's settings; run {aggregate}")
@@ -241,6 +245,7 @@ def check_aggregated_settings(profile: str, config: dict, tidy: pd.DataFrame) ->
             found = set(fingerprints[(tidy["run_id"] == run.run_id) & (tidy["family"] == family)])
             if not found or found == {settings_hash(config, run, family)}:
                 continue
+            csv = piece_path(profile, run.experiment)
             how = ("without the profile (its results were not checked against it)" if found == {""}
                    else f"under other settings than {params_file} gives now")
             head = f"{csv}: the results of run {run.run_id} on {family} were aggregated {how}"
@@ -258,8 +263,19 @@ def check_aggregated_settings(profile: str, config: dict, tidy: pd.DataFrame) ->
                 "profile)")
 
 
+def table_experiments(name: str, config: dict) -> list[str]:
+    """The experiments whose results table ``name`` reads: params/tables.yaml's ``experiments`` and
+    ``optional`` that the profile runs (one it needs but does not run, its renderer names)."""
+    from leanlm.reporting.tables_file import load_tables
+
+    spec = load_tables()[name]
+    listed = spec["experiments"] + spec.get("optional", [])
+    return [e for e in dict.fromkeys(listed) if e in config["experiments"]]
+
+
 def render_table(profile: str, name: str, config: dict, verify_settings: bool = False) -> list[Path]:
-    """Render table ``name`` of ``profile`` from results/<profile>/all_runs.csv (a params table: from
+    """Render table ``name`` of ``profile`` from the results of its experiments
+    (results/<profile>/experiments/<experiment>.csv: :func:`table_experiments`; a params table: from
     ``config`` alone); return the files written. ``verify_settings`` (the CLI's renders, by hand or by
     Snakemake): refuse results aggregated under other settings (:func:`check_aggregated_settings`)."""
     if config.get("profile", profile) != profile:
@@ -267,7 +283,7 @@ def render_table(profile: str, name: str, config: dict, verify_settings: bool = 
     if name in PARAMS_TABLES:
         return write_table(profile, name, PARAMS_TABLES.get(name)(profile, config))
     renderer = TABLES.get(name)  # an unknown table is named before anything is read
-    tidy = load(profile)
+    tidy = load(profile, table_experiments(name, config))
     if verify_settings:
         check_aggregated_settings(profile, config, tidy)
     built = renderer(profile, config, tidy)

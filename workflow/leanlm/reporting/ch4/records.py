@@ -3,13 +3,13 @@ thesis's units, the Rnd. Guess / Majority rows, and the per-run analysis and los
 
 Every file format chapter 4 reporting reads is read here, so an upstream change is one edit:
 
-``results/<profile>/all_runs.csv`` (family ``lm_eval``)
+``results/<profile>/experiments/<experiment>.csv`` (family ``lm_eval``)
     one row per (run, task, seed, metric) with lm-eval's metric names: ``acc`` / ``acc_stderr``
     (fractions) for the seven NLU tasks and LAMBADA, ``word_perplexity`` for WikiText,
     ``perplexity`` for LAMBADA. Tasks are named as params/tasks/lm_eval.yaml names them
     (``lm_eval_arc_easy``), as lm-eval does (``arc_easy``) or as the packaged stand-ins
     (``leanlm_definition``); :func:`canonical_task` maps all three to the thesis's.
-``results/<profile>/baselines/lm_eval.json`` (written by aggregation: lm_eval_baselines)
+``results/<profile>/baselines/<experiment>/lm_eval.json`` (written by aggregation: experiment_baselines)
     ``{"tasks": {task: {"random_guess": {metric: value} | null, "majority": {...} | null}}}``, as
     :func:`leanlm.lm_eval.baselines.random_guess_and_majority` returns per task. Without it the
     rows are computed from the profile's local task files (data/<profile>/tasks/lm_eval/).
@@ -194,8 +194,8 @@ def lm_eval_scores(tidy: pd.DataFrame, profile: str, config: dict, rows: Sequenc
         mine = lm[lm["run_id"] == row.run_id]
         if mine.empty:
             raise LeanLMError(
-                f"{table} needs run {row.run_id} on lm_eval, but results/{profile}/all_runs.csv has no results "
-                f"of it: {source} is missing. Run `leanlm finetune --run {row.run_id} --family lm_eval`, "
+                f"{table} needs run {row.run_id} on lm_eval, but its experiment's aggregated results "
+                f"(results/{profile}/experiments/) have none: {source} is missing. Run `leanlm finetune --run {row.run_id} --family lm_eval`, "
                 "then `leanlm aggregate`")
         record: dict[str, float] = {c: math.nan for c in SCORE_COLUMNS}
         for thesis, task in tasks.items():
@@ -232,19 +232,28 @@ def _local_task_file(profile: str, task: str) -> Path | None:
     return None
 
 
-def baseline_records(profile: str, config: dict) -> dict[str, dict]:
+def baseline_records(profile: str, config: dict, experiments: Sequence[str] | None = None) -> dict[str, dict]:
     """Per profile task: ``{"random_guess": {metric: value} | None, "majority": ...}``.
 
-    From results/<profile>/baselines/lm_eval.json when the pipeline wrote it, else computed from the
-    profile's local lm-eval task files (packaged stand-ins); a task with neither has no entry.
+    From what aggregation wrote: results/<profile>/baselines/<experiment>/lm_eval.json of ``experiments``
+    (a table's own runs; the rows depend only on the tasks, the limit and the tokenizer, so the runs agree:
+    the first experiment's row of a task is kept), or without ``experiments`` results/<profile>/baselines/
+    lm_eval.json; else computed from the profile's local lm-eval task files (packaged stand-ins); a task
+    with neither has no entry.
     """
-    path = paths.results_dir(profile) / "baselines" / "lm_eval.json"
-    if path.is_file():
+    from leanlm.lm_eval.baselines import baselines_path
+
+    written = [baselines_path(profile, e) for e in experiments] if experiments is not None else [baselines_path(profile)]
+    found: dict[str, dict] = {}
+    for path in (p for p in written if p.is_file()):
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise LeanLMError(f"{path}: not readable JSON ({exc}); delete it and rerun the job that wrote it") from None
-        return doc.get("tasks", doc)
+        for task, row in doc.get("tasks", doc).items():
+            found.setdefault(task, row)
+    if found:
+        return found
     from leanlm.lm_eval.baselines import random_guess_and_majority
 
     tokenizer = None
@@ -265,9 +274,10 @@ def baseline_records(profile: str, config: dict) -> dict[str, dict]:
     return out
 
 
-def baseline_scores(profile: str, config: dict) -> dict[str, dict[str, float]]:
-    """``{"Rnd. Guess": {column: value}, "Majority": {...}}`` in Table 4.1's columns (NaN: not computed)."""
-    records = baseline_records(profile, config)
+def baseline_scores(profile: str, config: dict, experiments: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    """``{"Rnd. Guess": {column: value}, "Majority": {...}}`` in Table 4.1's columns (NaN: not computed);
+    ``experiments``: see :func:`baseline_records`."""
+    records = baseline_records(profile, config, experiments)
     out = {}
     for key, label in BASELINE_ROWS.items():
         record: dict[str, float] = {c: math.nan for c in SCORE_COLUMNS}

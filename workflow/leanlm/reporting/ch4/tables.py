@@ -107,7 +107,8 @@ def lm_eval_table(profile: str, config: dict, tidy: pd.DataFrame, *, table: str,
     """Baselines, Standard and each configuration's variants on lm-eval, above the thesis's rows."""
     rows = experiment_rows(config, experiments, table, heads, optional)
     scores = lm_eval_scores(tidy, profile, config, rows, table)
-    baselines = baseline_scores(profile, config)
+    # the baselines its own runs recorded (a table waits for its experiments only)
+    baselines = baseline_scores(profile, config, [e for e in [*experiments, *optional] if e in config["experiments"]])
     reported, printed_text = load_reported(table), printed_rows(table)
     notes = Notes()
     labels = BASELINES + [r.label for r in rows]
@@ -117,7 +118,7 @@ def lm_eval_table(profile: str, config: dict, tidy: pd.DataFrame, *, table: str,
     bold = [best_flags([rec.get(col) for rec in records], higher, 1, exclude=range(len(BASELINES)))
             for col, _, _, _, higher in SCORE_LAYOUT]
     evaluated = profile_tasks(config)
-    missing_note = (f"Not computed for this profile's tasks: results/{profile}/baselines/lm_eval.json is absent "
+    missing_note = (f"Not computed for this profile's tasks: results/{profile}/baselines/<experiment>/lm_eval.json is absent "
                     "and no local task file was found (hub tasks) or no tokenizer (perplexities).")
     grid, frame_rows = [], []
     for i, (label, record) in enumerate(zip(labels, records)):
