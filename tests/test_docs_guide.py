@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,43 @@ def test_the_readme_links_the_license_the_citation_and_the_changelog():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for name in ("LICENSE", "CITATION.cff", "CHANGELOG.md"):
         assert f"]({name})" in readme and (ROOT / name).is_file(), name
+
+
+def _one_part_commands() -> list[list[str]]:
+    """The README's "One table, one chapter, one model" block: its command lines (continuations joined,
+    comments dropped), split as bash would."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## One table, one chapter, one model", 1)[1]
+    block = section.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    lines = [line.split("  #", 1)[0].strip() for line in block.strip().splitlines()]
+    return [shlex.split(line) for line in lines if line.startswith("snakemake ")]
+
+
+def test_the_readmes_targets_come_before_the_configfile():
+    """--configfile takes every file name after it as another config file: the targets must precede it."""
+    commands = _one_part_commands()
+    assert len(commands) == 4, commands
+    for argv in commands:
+        at = argv.index("--configfile")
+        assert argv[at + 2:] == [], f"README: nothing may follow --configfile's file: {argv}"
+        assert [a for a in argv[1:at] if "/" in a], f"README: the command names no target: {argv}"
+
+
+@pytest.mark.slow
+def test_the_readmes_one_table_one_chapter_one_model_commands_plan_their_targets(scratch_root):
+    """Each command of that block, run verbatim as a dry run, plans what its comment says: the named tables'
+    renderings, one model's pretraining (and nothing else it does not need), one fine-tuning."""
+    from test_faults import snakemake, workflow_project
+
+    root = workflow_project(scratch_root)
+    for argv in _one_part_commands():
+        proc = snakemake(root, *argv[1:], "-n")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{shlex.join(argv)} -n failed:\n{out[-3000:]}"
+        stats = dict(re.findall(r"^(\w+)\s+(\d+)$", out.split("Job stats:", 1)[1].split("Reasons", 1)[0], re.M))
+        targets = [a for a in argv[1:argv.index("--configfile")] if "/" in a]
+        if targets[0].startswith("paper_tables/"):
+            assert int(stats["render_table"]) == len(targets), (argv, stats)
+        elif targets[0].startswith("models/"):
+            assert {k: int(v) for k, v in stats.items()} == {"data": 1, "pretrain": 1, "total": 2}, (argv, stats)
+        else:
+            assert int(stats["finetune"]) == 1 and "render_table" not in stats, (argv, stats)
