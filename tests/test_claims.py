@@ -100,9 +100,11 @@ def _predictions(spec, rate: float, shared: np.ndarray, rng) -> tuple[list, list
     return list(map(int, ref)), list(map(int, np.where(u < rate, ref, wrong)))
 
 
-def _write_run(root: Path, config: dict, run_id: str, rate: float, seeds=(0,), family: str = "glue", tasks=None):
+def _write_run(root: Path, config: dict, run_id: str, rate: float, seeds=(0,), family: str = "glue", tasks=None,
+               predict=None):
     """A family results JSON of ``config``'s profile as leanlm.stages.finetune writes it: the settings it
-    was made with (the claims check them against the profile) and per-example data included."""
+    was made with (the claims check them against the profile) and per-example data included.
+    ``predict(spec, references)``: the model's predictions instead (e.g. one class for every example)."""
     from leanlm.data.tasks import get_task
     from leanlm.evaluation import per_example
     from leanlm.evaluation.metrics import compute_all
@@ -116,6 +118,7 @@ def _write_run(root: Path, config: dict, run_id: str, rate: float, seeds=(0,), f
             spec = get_task(task)
             shared = np.random.default_rng(100 + t).random(N_DEV)
             ref, pred = _predictions(spec, rate, shared, rng)
+            pred = pred if predict is None else list(predict(spec, ref))
             metrics = compute_all(spec.metrics, pred, ref)
             results.append({"task": task, "seed": seed, "metrics": metrics, "primary_metric": spec.primary_metric,
                             "primary": metrics[spec.primary_metric],

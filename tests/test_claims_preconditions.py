@@ -157,3 +157,89 @@ def test_the_shipped_claims_guard_what_the_issue_lists():
     for part in claims["ch4_hybrids_match_standard"].parts:
         (cond,) = part.conditions
         assert cond.name == ("ch4_lm_in_regime" if part.metric == "word_perplexity" else "ch4_nlu_above_majority")
+
+
+# --------------------------------------------------------------------------- ch. 2's GLUE reference
+CH2_GLUE_CLAIMS = ["ch2_lsh_beats_md5_compressed", "ch2_md5_emb_at_least_lsh_emb", "ch2_emb_1k_far_below_compressed",
+                   "ch2_lsh_proj_near_bert_mlm", "ch2_proformer_far_below_pretrained"]
+
+
+def _shipped(root, claim_id):
+    """params/claims.yaml with its preconditions and one claim."""
+    doc = yaml.safe_load((root / "params" / "claims.yaml").read_text())
+    doc["claims"] = [c for c in doc["claims"] if c["id"] == claim_id]
+    path = root / "params" / "test_claims.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_ch2_glue_claims_need_bert_mlm_above_majority_by_their_margin_with_varying_predictions():
+    claims = {c.id: c for c in load_claims()}
+    for cid in CH2_GLUE_CLAIMS:
+        for part in claims[cid].parts:
+            conds = {c.name: c for c in part.conditions}
+            assert set(conds) == {"ch2_glue_reference_above_majority", "ch2_glue_reference_predictions_vary"}, cid
+            above = conds["ch2_glue_reference_above_majority"].part
+            assert above.a.runs == ("ch2_hashformers-bert_mlm",) and above.b.baseline == "majority"
+            assert above.region[0] == (part.margin or 0.0)  # at least the claim's own margin
+            assert conds["ch2_glue_reference_predictions_vary"].part.a.runs == ("ch2_hashformers-bert_mlm",)
+
+
+def _one_class(spec, ref):
+    return [max(set(ref), key=ref.count)] * len(ref) if spec.label_kind != "regression" else [2.5] * len(ref)
+
+
+def _one_class_on_qnli(spec, ref):
+    """Right on every example, except QNLI, where it answers one class: far above Majority on average."""
+    return _one_class(spec, ref) if spec.name == "qnli" else ref
+
+
+@pytest.mark.parametrize("reference, expected, why", [
+    (dict(rate=0.9), CONTRADICTED, None),  # in the regime: the claim is judged (both at chance: not 5 points apart)
+    (dict(rate=0.9, predict=_one_class_on_qnli), UNTESTABLE, "ch2_glue_reference_predictions_vary"),
+    (dict(rate=0.0, predict=_one_class), UNTESTABLE, "ch2_glue_reference_predictions_vary"),
+    (dict(rate=0.5), UNTESTABLE, "ch2_glue_reference_above_majority"),  # varies, but at chance
+])
+def test_a_constant_predicting_reference_makes_a_ch2_glue_part_untestable_never_contradicted(
+        scratch_root, reference, expected, why):
+    config = _config(scratch_root)
+    tasks = config["finetune"]["glue"]["tasks"]
+    _write_run(scratch_root, config, "ch2_hashformers-md5_pool", 0.5, tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-md5_emb_1k", 0.5, tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-bert_mlm", tasks=tasks, **reference)
+    (result,) = _evaluate(scratch_root, _shipped(scratch_root, "ch2_emb_1k_far_below_compressed"))
+    part = result.parts[0]
+    assert part.verdict == expected and result.verdict == expected, part
+    if why:
+        assert f"Precondition {why}" in part.reason and part.interval is None
+    if why == "ch2_glue_reference_predictions_vary":
+        assert "ch2_hashformers-bert_mlm predicts one value for every example of" in part.reason
+        assert "qnli (always" in part.reason
+    if reference.get("predict") is _one_class_on_qnli:  # above Majority on average: only varying fails
+        assert any(c.startswith("ch2_glue_reference_above_majority: supported") for c in part.checked)
+
+
+def test_the_glue_majority_row_comes_from_the_dev_set_labels(scratch_root):
+    """Always answering the dev set's most frequent label, scored by each task's own metric: accuracy is
+    that label's share, F1 of the positive class 0 or its F1, correlations and Matthews 0."""
+    from collections import Counter
+
+    from leanlm.claims.results import Results
+    from leanlm.data.tasks import get_task
+    from leanlm.evaluation.metrics import compute
+
+    config = _config(scratch_root)
+    tasks = config["finetune"]["glue"]["tasks"]
+    _write_run(scratch_root, config, "ch2_hashformers-bert_mlm", 0.8, tasks=tasks)
+    reader = Results(config)
+    for task in tasks:
+        spec = get_task(task)
+        ref = reader.task_results("ch2_hashformers-bert_mlm", "glue", task)[0]["per_example"]["data"]["reference"]
+        value = reader.majority_value("ch2_hashformers-bert_mlm", "glue", task, spec.primary_metric)
+        if spec.primary_metric == "accuracy":
+            assert value == pytest.approx(Counter(ref).most_common(1)[0][1] / len(ref))
+        elif spec.primary_metric in ("matthews", "spearman", "pearson"):
+            assert value == 0.0
+        else:
+            major = Counter(ref).most_common(1)[0][0]
+            assert value == pytest.approx(compute(spec.primary_metric, [major] * len(ref), ref))

@@ -91,7 +91,7 @@ def _claims_of_tiny_matrix(path: Path, tiny: dict) -> None:
 
     def checkable(name, part):  # a precondition whose runs (for this part's experiment) the matrix defines
         experiment = runs_of(part["a"])[0].split("-", 1)[0] if runs_of(part["a"]) else None
-        sides = [preconditions[name]["a"], preconditions[name]["b"]]
+        sides = [preconditions[name][k] for k in ("a", "b", "varies") if k in preconditions[name]]
         runs = [r.replace("{experiment}", str(experiment)) for side in sides for r in runs_of(side)]
         return set(runs) <= known
 

@@ -1,7 +1,8 @@
 """`leanlm claims`: every claim's verdict at one profile -> paper_tables/<profile>/claims.{csv,md,tex}.
 
-- claims.csv: one row per part (the comparison, its effect and 95% interval, what was resampled, the
-  verdict or why it was not run, and the thesis's numbers);
+- claims.csv: one row per part (the comparison, its effect and interval with the interval's level: 95%
+  shared simultaneously by the claim's parts, what was resampled, the verdict or why it was not run, and
+  the thesis's numbers);
 - claims.md: per claim the sentence, where it is, the verdict and its parts;
 - claims.tex: one table of the claims' verdicts for tables.pdf.
 """
@@ -23,7 +24,7 @@ from leanlm.io import write_text
 log = logging.getLogger(__name__)
 ORDER = (SUPPORTED, CONTRADICTED, INCONCLUSIVE, UNTESTABLE, NOT_RUN)
 CSV_COLUMNS = ["claim", "chapter", "where", "claim_verdict", "part", "comparison", "family", "effect", "a", "b",
-               "estimate", "low", "high", "region_low", "region_high", "basis", "verdict", "reason",
+               "estimate", "low", "high", "level", "region_low", "region_high", "basis", "verdict", "reason",
                "preconditions", "thesis_a", "thesis_b"]
 
 
@@ -67,6 +68,7 @@ def to_frame(results: list[ClaimResult]) -> pd.DataFrame:
                 "claim_verdict": cr.verdict, "part": i + 1, "comparison": p.label, "family": p.part.family,
                 "effect": p.part.effect, "a": p.a, "b": p.b,
                 "estimate": iv.estimate if iv else None, "low": iv.low if iv else None, "high": iv.high if iv else None,
+                "level": iv.level if iv else None,
                 "region_low": p.part.region[0], "region_high": p.part.region[1],
                 "basis": iv.basis if iv else "", "verdict": p.verdict, "reason": p.reason,
                 "preconditions": "; ".join(p.checked), "thesis_a": thesis[0], "thesis_b": thesis[1],
@@ -91,10 +93,12 @@ def summary_lines(profile: str, results: list[ClaimResult]) -> list[str]:
 
 def markdown(profile: str, results: list[ClaimResult]) -> str:
     out = [f"# The thesis's claims at profile `{profile}`", "",
-           "A claim is supported or contradicted only when its 95% interval (paired bootstrap over evaluation "
+           "A part is supported or contradicted only when its interval (paired bootstrap over evaluation "
            "examples and seeds; a paired t interval over seeds where no per-example data was kept) lies wholly "
            "inside or wholly outside the effects the claim allows; otherwise it is inconclusive at this scale "
-           "(DESIGN.md §8). A part is untestable when a precondition the claim needs does not hold at this scale "
+           "(DESIGN.md §8). The intervals of a claim's k parts are simultaneous 95% intervals (each at level "
+           "1 - 0.05/k, Bonferroni), so that a claim that holds is contradicted by one of its parts no more "
+           "often than 5%. A part is untestable when a precondition the claim needs does not hold at this scale "
            "(e.g. every model at chance), or its interval has no width: it counts neither way. Effects are \"how "
            "much better A is than B\" (see params/claims.yaml).", "",
            summary_lines(profile, results)[0], ""]
@@ -104,7 +108,7 @@ def markdown(profile: str, results: list[ClaimResult]) -> str:
         if c.note:
             out += [f"Note: {c.note}", ""]
         out += [f"Parts ({c.quantifier} must hold):", "",
-                "| part | comparison | A | B | effect | 95% interval | allowed | basis | verdict | thesis A / B |",
+                "| part | comparison | A | B | effect | interval (level) | allowed | basis | verdict | thesis A / B |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for i, p in enumerate(cr.parts):
             thesis = p.part.thesis or (None, None)
@@ -117,7 +121,7 @@ def markdown(profile: str, results: list[ClaimResult]) -> str:
             iv = p.interval
             why = f": {p.reason}" if p.reason else ""
             out.append(f"| {i + 1} | {p.label} | {_num(p.a)} | {_num(p.b)} | {p.part.effect} {_num(iv.estimate)} | "
-                       f"[{_num(iv.low)}, {_num(iv.high)}] | {_region(*p.part.region)} | {iv.basis} | "
+                       f"[{_num(iv.low)}, {_num(iv.high)}] ({100 * iv.level:.4g}%) | {_region(*p.part.region)} | {iv.basis} | "
                        f"{p.verdict}{why}{checked} | {t} |")
         out.append("")
     return "\n".join(out)

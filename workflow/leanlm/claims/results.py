@@ -215,8 +215,14 @@ class Results:
         """The attention parameter count the thesis uses for PEoP (Table 3.1's #params)."""
         return int(self.family_record(run_id, family)["parameters"]["attention"])
 
-    def baseline_value(self, which: str, task: str, metric: str) -> float:
-        """Ch. 4's Rnd. Guess / Majority row of a task (results/<profile>/baselines/lm_eval.json)."""
+    def baseline_value(self, which: str, task: str, metric: str, family: str = "lm_eval", run_id: str | None = None) -> float:
+        """A task's Rnd. Guess / Majority row: ch. 4's from results/<profile>/baselines/lm_eval.json; a
+        fine-tuning family's Majority row from the dev labels ``run_id``'s evaluation kept
+        (:meth:`majority_value`); fine-tuning families have no random-guess row."""
+        if family != "lm_eval":
+            if which != "majority" or run_id is None:
+                raise Missing(f"{family} has no {which.replace('_', ' ')} row (only Majority, from a run's dev labels)")
+            return self.majority_value(run_id, family, task, metric)
         path = paths.results_dir(self.profile) / "baselines" / "lm_eval.json"
         if not path.is_file():
             raise Missing(f"no baseline rows ({path}); the profile runs no lm_eval family")
@@ -229,6 +235,41 @@ class Results:
         if metric not in values:
             raise Missing(f"{task} has no {which.replace('_', ' ')} row for {metric} (the thesis prints none)")
         return _finite(values[metric], f"{which} {metric}", f"{path} task {task}")
+
+    def _references(self, run_id: str, family: str, task: str, metric: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Each seed's dev predictions and references of ``metric`` (checked by :meth:`measurement`)."""
+        measurement, _ = self.measurement(run_id, family, task, metric)
+        kept = [s.examples for s in measurement.seeds if s.examples is not None and "reference" in s.examples]
+        if not kept:
+            raise Missing(f"{self._path(run_id, family)} task {task} keeps no per-example predictions and references "
+                          f"of {metric}, so its Majority row and whether its predictions vary cannot be computed")
+        return [e["prediction"] for e in kept], [e["reference"] for e in kept]
+
+    def majority_value(self, run_id: str, family: str, task: str, metric: str) -> float:
+        """The Majority row of a fine-tuning task (GLUE): always answering the dev set's most frequent label
+        (a regression task: its median value), scored by the task's own metric function, on the references
+        the run's evaluation kept: computed from the task's label distribution, never typed in. Constant
+        predictions score 0 on correlations and Matthews (leanlm.evaluation.metrics)."""
+        from leanlm.data.tasks import get_task
+        from leanlm.evaluation.metrics import compute
+
+        if metric in REGISTERED_IN:
+            importlib.import_module(REGISTERED_IN[metric])
+        _, references = self._references(run_id, family, task, metric)
+        ref = references[0]  # the dev set: the same references for every seed
+        if get_task(task).label_kind == "regression":
+            answer = float(np.median(ref))
+        else:
+            values, counts = np.unique(ref, return_counts=True)
+            answer = values[int(np.argmax(counts))]  # ties: the smallest label
+        return float(compute(metric, np.full(len(ref), answer), ref))
+
+    def constant_prediction(self, run_id: str, family: str, task: str, metric: str) -> float | None:
+        """The one value the run predicts for every dev example of every seed of ``task``, or None where
+        its predictions vary."""
+        predictions, _ = self._references(run_id, family, task, metric)
+        values = np.unique(np.concatenate(predictions))
+        return float(values[0]) if len(values) == 1 else None
 
     def pretraining_time(self, run_id: str) -> Measurement:
         """Pretraining seconds per sample (Table 2.3) as one measurement: per-step times where recorded

@@ -73,6 +73,10 @@ class Condition:
     name: str
     reason: str
     part: Part
+    # compare: the part's comparison must be supported; varies: the predictions of the part's run (side a)
+    # must take more than one value on each of its tasks (a model answering one class everywhere says
+    # nothing of what the others learned)
+    kind: str = "compare"
 
 
 @dataclass(frozen=True)
@@ -150,11 +154,13 @@ def _part(claim: dict, raw: dict, thesis, where: str) -> Part:
 
 
 EXPERIMENT = "{experiment}-"  # in a precondition's run ids: the guarded part's experiment
+PART_MARGIN = "{margin}"  # a precondition's margin: the guarded part's own (none: 0)
 
 
 def _condition(name: str, raw: dict, guarded: Part, where: str) -> Condition:
     """Precondition ``name`` for the part ``guarded``: its family, tasks and metric default to the part's,
-    and ``{experiment}-<run>`` names a run of the part's experiment."""
+    ``{experiment}-<run>`` names a run of the part's experiment and ``margin: "{margin}"`` the part's own
+    margin; ``varies: <run>`` asks that run's predictions to vary on each of the part's tasks."""
     runs = [r for side in (guarded.a, guarded.b) for r in side.runs]
     experiment = runs[0].split("-", 1)[0] if runs else None
 
@@ -171,9 +177,16 @@ def _condition(name: str, raw: dict, guarded: Part, where: str) -> Condition:
 
     defaults = {"family": guarded.family, "metric": guarded.metric,
                 "tasks": list(guarded.tasks) if isinstance(guarded.tasks, tuple) else guarded.tasks}
-    body = {k: v for k, v in raw.items() if k != "reason"}
+    body = {k: v for k, v in raw.items() if k not in ("reason", "varies")}
+    reason = " ".join(raw["reason"].split())
+    if "varies" in raw:
+        run = place(raw["varies"])
+        part = _part(defaults, {**body, "a": run, "b": run}, None, f"{where}, precondition {name}")
+        return Condition(name=name, reason=reason, part=replace(part, test="varies"), kind="varies")
+    if body.get("margin") == PART_MARGIN:
+        body["margin"] = guarded.margin or 0.0
     part = _part(defaults, {**body, "a": place(raw["a"]), "b": place(raw["b"])}, None, f"{where}, precondition {name}")
-    return Condition(name=name, reason=" ".join(raw["reason"].split()), part=part)
+    return Condition(name=name, reason=reason, part=part)
 
 
 def _check_names(claim: Claim, source: Path, matrix: dict, what: str | None = None) -> None:

@@ -17,8 +17,9 @@ import numpy as np
 
 from leanlm.claims import results as res
 from leanlm.claims.spec import Claim, Part, Side
-from leanlm.claims.stats import (DEFAULT_DRAWS, INCONCLUSIVE, NOT_RUN, SUPPORTED, UNTESTABLE, Interval,
-                                 Measurement, combine, degenerate, paired_bootstrap, verdict)
+from leanlm.claims.stats import (CONTRADICTED, DEFAULT_DRAWS, INCONCLUSIVE, LEVEL, NOT_RUN, SUPPORTED, UNTESTABLE, Interval,
+                                 Measurement, combine, degenerate, draws_for, paired_bootstrap, simultaneous_level,
+                                 verdict)
 from leanlm.reporting.derived import display_scale, lower_is_better, peop, prr
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ class _Sides:
         for task in self.tasks:
             results = self.results.task_results(self._any_run(), family, task)
             name = res.resolve_metric(results, metric, task)
-            values.append(self.results.baseline_value(side.baseline, task, name) * display_scale(name))
+            row = self.results.baseline_value(side.baseline, task, name, family=family, run_id=self._any_run())
+            values.append(row * display_scale(name))
             lowers.add(lower_is_better(name))
         constant = float(np.mean(values))
         return (lambda d: np.full(len(next(iter(d.values()))), constant)), lowers.pop()
@@ -145,21 +147,32 @@ def _families_not_run(part: Part, profile_runs: Mapping[str, frozenset[str]] | s
     return sorted(set(missing))
 
 
-def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
-                  tasks: list[str] | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0,
-                  results: res.Results | None = None, memo: dict | None = None) -> PartResult:
-    """``profile_runs``: the profile's runs, each with the fine-tuning families it runs (or a set of ids);
-    ``results``: the profile's results reader (one per evaluation, so each record is checked once);
-    ``memo``: precondition results already computed (shared by the parts of one evaluation)."""
-    label = f"{part.a.label} vs {part.b.label}" + _where(part, tasks)
+def not_run_reason(part: Part, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str]) -> str:
+    """Why the profile does not run the part (runs or families it leaves out), or "" where it does: known
+    from the profile alone, before any result is read."""
     absent = sorted(r for side in (part.a, part.b) for r in side.runs if r not in profile_runs)
     if absent:
-        return PartResult(part, label, NOT_RUN, reason=f"not run at this profile: {', '.join(absent)}")
+        return f"not run at this profile: {', '.join(absent)}"
     # never a result left on disk by another run of the profile: only what this one makes
     unrun = _families_not_run(part, profile_runs)
     if unrun:
         subset = f" (subset {config['subset']})" if config.get("subset") else ""
-        return PartResult(part, label, NOT_RUN, reason=f"not run at this profile{subset}: {', '.join(unrun)}")
+        return f"not run at this profile{subset}: {', '.join(unrun)}"
+    return ""
+
+
+def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
+                  tasks: list[str] | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0,
+                  results: res.Results | None = None, memo: dict | None = None, level: float = LEVEL) -> PartResult:
+    """``profile_runs``: the profile's runs, each with the fine-tuning families it runs (or a set of ids);
+    ``results``: the profile's results reader (one per evaluation, so each record is checked once);
+    ``memo``: precondition results already computed (shared by the parts of one evaluation); ``level``:
+    the level of the part's interval (a claim's parts share its error rate: :func:`stats.simultaneous_level`;
+    preconditions are judged at 95% each)."""
+    label = f"{part.a.label} vs {part.b.label}" + _where(part, tasks)
+    why = not_run_reason(part, config, profile_runs)
+    if why:
+        return PartResult(part, label, NOT_RUN, reason=why)
     results = results if results is not None else res.Results(config)
     checked, unmet = [], None
     for cond in part.conditions:
@@ -182,7 +195,7 @@ def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[
         raise ValueError(f"{label}: the two sides have opposite directions (one lower-is-better)")
     lower = lower_a if lower_a is not None else bool(lower_b)
     effect = _effect(part, fa, fb, lower)
-    interval = paired_bootstrap(sides.measurements, effect, draws=draws, seed=seed)
+    interval = paired_bootstrap(sides.measurements, effect, draws=draws_for(level, draws), level=level, seed=seed)
     observed = {k: np.array([m.value]) for k, m in sides.measurements.items()}
     a, b = float(fa(observed)[0]), float(fb(observed)[0])
     outcome = verdict(interval, part.region)
@@ -212,18 +225,54 @@ def _precondition(cond, guarded: Part, profile: str, config: dict, profile_runs,
     key = (cond.name, own, tuple(tasks) if (same_tasks and tasks is not None) else None)
     if memo is not None and key in memo:
         return memo[key]
-    held = evaluate_part(own, profile, config, profile_runs, tasks if same_tasks else None, draws=draws,
-                         seed=0, results=results)
+    if cond.kind == "varies":
+        held = _predictions_vary(own, config, profile_runs, tasks if same_tasks else None, results)
+    else:
+        held = evaluate_part(own, profile, config, profile_runs, tasks if same_tasks else None, draws=draws,
+                             seed=0, results=results)
     if memo is not None:
         memo[key] = held
     return held
 
 
+def _predictions_vary(part: Part, config: dict, profile_runs, tasks: list[str] | None,
+                      results: res.Results) -> PartResult:
+    """Supported when the run's dev predictions take more than one value on each task the part reads;
+    contradicted, naming the tasks and the value, where it answers one value for every example of every
+    seed (a model at chance whatever its score: comparisons against it carry no information)."""
+    run = part.a.runs[0]
+    label = f"{run}'s predictions" + _where(part, tasks)
+    why = not_run_reason(part, config, profile_runs)
+    if why:
+        return PartResult(part, label, NOT_RUN, reason=why)
+    try:
+        tasks = tasks if tasks is not None else part_tasks(part, config)
+        constant = {}
+        for task in tasks:
+            value = results.constant_prediction(run, part.family, task,
+                                                res.resolve_metric(results.task_results(run, part.family, task),
+                                                                   part.metric, task))
+            if value is not None:
+                constant[task] = value
+    except res.Missing as why:
+        return PartResult(part, label, NOT_RUN, reason=str(why))
+    if constant:
+        listed = ", ".join(f"{task} (always {value:g})" for task, value in constant.items())
+        return PartResult(part, label, CONTRADICTED, reason=f"{run} predicts one value for every example of {listed}")
+    return PartResult(part, label, SUPPORTED, reason=f"{run}'s predictions vary on every task")
+
+
 def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
                    draws: int = DEFAULT_DRAWS, reader: res.Results | None = None, memo: dict | None = None) -> ClaimResult:
+    """Every part of the claim (``tasks: each`` gives one per task) and the claim's verdict. The parts the
+    profile runs share the claim's 5% error: each part's interval is a simultaneous one, at level
+    1 - 0.05/k over those k parts (Bonferroni, :func:`stats.simultaneous_level`), so that a claim that holds
+    is contradicted by one of its parts no more often than 5%. k is known from the profile alone, before
+    any result is read; parts untestable at this scale still count in it."""
     reader = reader if reader is not None else res.Results(config)
     memo = memo if memo is not None else {}
-    results = []
+    results: list[PartResult | None] = []
+    planned: list[tuple[int, int, Part, list[str] | None]] = []  # (slot, part index, part, tasks)
     for i, part in enumerate(claim.parts):
         if part.tasks == "each":
             try:
@@ -232,11 +281,15 @@ def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mappi
                 results.append(PartResult(part, f"{part.a.label} vs {part.b.label}", NOT_RUN, reason=str(why)))
                 continue
             for task in tasks:
-                results.append(evaluate_part(part, profile, config, profile_runs, [task], draws=draws, seed=i,
-                                             results=reader, memo=memo))
+                planned.append((len(results), i, part, [task]))
+                results.append(None)
         else:
-            results.append(evaluate_part(part, profile, config, profile_runs, draws=draws, seed=i, results=reader,
-                                         memo=memo))
+            planned.append((len(results), i, part, None))
+            results.append(None)
+    level = simultaneous_level(sum(not not_run_reason(part, config, profile_runs) for _, _, part, _ in planned))
+    for slot, i, part, tasks in planned:
+        results[slot] = evaluate_part(part, profile, config, profile_runs, tasks, draws=draws, seed=i,
+                                      results=reader, memo=memo, level=level)
     outcome = combine([r.verdict for r in results], claim.quantifier)
     if outcome == NOT_RUN and not results:
         outcome = INCONCLUSIVE
