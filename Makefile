@@ -59,7 +59,7 @@ TEST_WORKERS ?= auto
 test: setup
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
-# The README's rehearsal command, verbatim (README "Rehearsal"): every job of the paper profile at tiny size,
+# docs/rehearsal.md's rehearsal command, verbatim: every job of the paper profile at tiny size,
 # offline, on a hub mirror of fixtures that its first job writes.
 rehearsal: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" snakemake --cores 2 --configfile params/rehearsal.yaml

@@ -85,7 +85,7 @@ def _documented_keys() -> list[tuple[str, str]]:
 
 def test_tiny_check_runs_every_section_on_the_device_packages(tiny_run):
     done, doc, wall = tiny_run
-    print(f"tiny check: {wall:.0f} s wall")  # measured, not asserted (README: well under 2 minutes)
+    print(f"tiny check: {wall:.0f} s wall")  # measured, not asserted
     assert doc["finished"] and doc["tiny"] and doc["device_requested"] == "cpu"
     assert set(doc["sections"]) == set(check.SECTION_NAMES)
     statuses = {f"{s}/{step}": e["status"] for s, body in doc["sections"].items() for step, e in body["steps"].items()}

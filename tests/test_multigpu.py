@@ -1,8 +1,8 @@
-"""The README's multi-GPU command, run verbatim with 2 CPU processes (gloo), against one process.
+"""The multi-GPU command of the README and docs/cluster.md, run verbatim with 2 CPU processes (gloo), against one process.
 
 A profile's batch is the global batch (DESIGN §8): the same profile on 1 and on 2 processes must make the
-same optimisation. The command is taken from the README (only the process count, profile and run are put
-in; every flag, and its order, is the README's), run on a tiny smoke profile without dropout (dropout draws
+same optimisation. The command is taken from the docs (only the process count, profile and run are put
+in; every flag, and its order, is the docs'), run on a tiny smoke profile without dropout (dropout draws
 differ per process) and with grad_accum 2, and compared with the one-process run of the same profile:
 losses and final weights within rtol 1e-5 (the runs differ only in the order gradients are summed), and
 the outputs written once, by rank 0 (pretrain.json says world_size 2).
@@ -28,15 +28,19 @@ from test_loss_baselines import tiny_smoke  # noqa: F401  (the fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 RTOL, ATOL = 1e-5, 1e-7
-# The README's command, with its three values captured (process count, profile, run).
+# The docs' command, with its three values captured (process count, profile, run).
 COMMAND = re.compile(r"`(torchrun --standalone --nproc-per-node (\d+) -m leanlm\.cli -- pretrain "
                      r"--params (\S+) --run ([\w.-]+))`")
 
 
 def readme_command() -> tuple[str, str, str, str]:
-    found = COMMAND.findall((REPO / "README.md").read_text(encoding="utf-8"))
-    assert len(found) == 1, f"README.md should show the torchrun command once in the tested form; found {found}"
-    return found[0]
+    """The torchrun command as README.md and docs/cluster.md show it: once in each, the same in both."""
+    found = {name: COMMAND.findall((REPO / name).read_text(encoding="utf-8")) for name in ("README.md", "docs/cluster.md")}
+    assert all(len(shown) == 1 for shown in found.values()), (
+        f"README.md and docs/cluster.md should each show the torchrun command once in the tested form; found {found}")
+    (readme,), (cluster,) = found.values()
+    assert readme == cluster, f"README.md and docs/cluster.md show different torchrun commands: {found}"
+    return readme
 
 
 def _profile(root: Path, grad_accum: int) -> None:

@@ -396,14 +396,14 @@ def _run(cwd, env, *cmd):
 
 
 def _sharing_blocks() -> list[list[str]]:
-    """The README's sharing section: its bash blocks, one list of command lines each (comments dropped)."""
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Sharing through DVC", 1)[1].split("\n## ", 1)[0]
+    """docs/sharing.md's sharing section: its bash blocks, one list of command lines each (comments dropped)."""
+    section = (ROOT / "docs" / "sharing.md").read_text(encoding="utf-8").split("## Sharing through DVC", 1)[1].split("\n## ", 1)[0]
     blocks = [part.split("```", 1)[0] for part in section.split("```bash")[1:]]
     return [[line.split("  #", 1)[0].strip() for line in block.strip().splitlines()] for block in blocks]
 
 
 def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_path_factory):
-    """The README's sharing commands as written (the remote's path aside): `leanlm share push` to a real DVC
+    """docs/sharing.md's sharing commands as written (the remote's path aside): `leanlm share push` to a real DVC
     remote (a local directory), the commit, a fresh `git clone`, `leanlm share pull`: the clone's dry run
     lists nothing, a bare `dvc pull` and the data-only pull succeed; one model's setting changed lists
     exactly its dependants."""
@@ -415,7 +415,7 @@ def test_shared_through_a_dvc_remote_reruns_only_changed_settings(built, tmp_pat
            "GIT_COMMITTER_NAME": "leanlm-test", "GIT_COMMITTER_EMAIL": "test@leanlm.invalid"}
     assert shutil.which("dvc", path=env["PATH"]), "DVC is missing: install the dev extra"
     (add_remote, push, commit), (pull, dry_run) = _sharing_blocks()
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "sharing.md").read_text(encoding="utf-8")
     data_only = "dvc pull fetch@smoke corpus@smoke tokenizer@smoke tasks@smoke"
     assert "A bare `dvc pull` pulls everything shared" in readme and data_only in readme.replace("\n", " ")
     bash = lambda cwd, e, line: _run(cwd, e, "bash", "-c", f"set -e; {line}")  # noqa: E731

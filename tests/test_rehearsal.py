@@ -9,7 +9,7 @@
   hub's dataset cards / ``dataset_info`` (not taken from the fixture modules), are deterministic, and the
   tokenizer and checkpoint folders load with transformers' Auto classes as the hub's do.
 
-The end-to-end run of the rehearsal is part of `.ci/run` (beside `make test`; README "Rehearsal"), not a unit test.
+The end-to-end run of the rehearsal is part of `.ci/run` (beside `make test`; docs/rehearsal.md), not a unit test.
 """
 
 from __future__ import annotations
@@ -289,9 +289,9 @@ def test_tokenizer_and_checkpoint_folders_load_as_the_hubs(tmp_path):
 
 
 def test_ci_runs_the_readmes_rehearsal_command():
-    """The README's rehearsal command is the one `make rehearsal` runs, and `.ci/run` runs it end to end
+    """docs/rehearsal.md's rehearsal command is the one `make rehearsal` runs, and `.ci/run` runs it end to end
     beside the README's test command (`make test`), failing when either fails."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "rehearsal.md").read_text(encoding="utf-8")
     section = readme.split("## Rehearsal", 1)[1].split("\n## ", 1)[0]
     command = re.search(r"```bash\n(snakemake [^#\n]*?)\s+#", section).group(1)
     assert command == "snakemake --cores 2 --configfile params/rehearsal.yaml"

@@ -1,8 +1,8 @@
 """The slurm profile on a real SLURM: Debian's slurm-wlm 22.05 with slurmdbd (so sacct has accounting) and
 munge, started for this one machine by scripts/slurm_local.sh (installed with apt-get when missing) and
-stopped at the end; the test cluster has the account `myproject` the README's example exports.
+stopped at the end; the test cluster has the account `myproject` docs/cluster.md's example exports.
 
-The README's cluster commands run verbatim (read from its "On a SLURM cluster" block, each line after the
+docs/cluster.md's cluster commands run verbatim (read from its "On a SLURM cluster" block, each line after the
 `export` line in one bash), with no edit to the profiles or the Snakefile and no command-line overrides:
 
 - `snakemake -n --profile workflow/profiles/slurm --configfile params/paper.yaml` on the project's own
@@ -47,14 +47,14 @@ STEPS, EVERY = 500, 50
 # Time limit of a pretraining job, minutes: room for a job's start (the job's own Snakemake reads the workflow,
 # leanlm imports torch) and a checkpoint; a heavily loaded machine needs more (LEANLM_TEST_SLURM_MINUTES).
 MINUTES = int(os.environ.get("LEANLM_TEST_SLURM_MINUTES", "2"))
-ACCOUNT = "myproject"  # the README's example
+ACCOUNT = "myproject"  # docs/cluster.md's example
 
 pytestmark = pytest.mark.slow
 
 
 def readme_commands() -> tuple[str, str, str]:
-    """The README's cluster block: its `export` line, the paper dry run and the smoke run, as written."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """docs/cluster.md's cluster block: its `export` line, the paper dry run and the smoke run, as written."""
+    text = (ROOT / "docs" / "cluster.md").read_text(encoding="utf-8")
     section = text.split("## On a SLURM cluster", 1)[1]
     block = section.split("```bash", 1)[1].split("```", 1)[0]
     lines = [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
@@ -63,6 +63,15 @@ def readme_commands() -> tuple[str, str, str]:
     run = [line for line in lines if line.startswith("snakemake ") and " -n " not in f"{line} "]
     assert len(exports) == 1 and len(dry) == 1 and len(run) == 1, block
     return exports[0], dry[0], run[0]
+
+
+def test_the_readmes_cluster_lines_are_the_tested_ones():
+    """The README shows the SLURM lines too: each must be one that docs/cluster.md's block runs here."""
+    _, dry, run = readme_commands()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = [line.split("#", 1)[0].strip() for line in readme.splitlines()
+             if line.startswith("snakemake") and "workflow/profiles/slurm" in line]
+    assert shown and set(shown) <= {dry, run}, shown
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +116,7 @@ def _env(slurm: dict, root: Path) -> dict:
 
 
 def _readme(command: str) -> list[str]:
-    """The README's `export` line and ``command``, run as written by one bash."""
+    """docs/cluster.md's `export` line and ``command``, run as written by one bash."""
     export, _, _ = readme_commands()
     return ["bash", "-c", f"set -e\n{export}\n{command}"]
 

@@ -138,8 +138,8 @@ def test_a_subset_outside_the_experiments_is_refused(scratch_root):
 
 
 def readme_signal_command() -> list[str]:
-    """The README's command for the CPU subset, as printed there."""
-    lines = [line for line in (ROOT / "README.md").read_text().splitlines()
+    """docs/profiles.md's command for the CPU subset, as printed there."""
+    lines = [line for line in (ROOT / "docs" / "profiles.md").read_text().splitlines()
              if line.startswith("snakemake ") and "--config subset=cpu" in line]
     assert len(lines) == 1, lines
     return shlex.split(lines[0])
@@ -147,7 +147,7 @@ def readme_signal_command() -> list[str]:
 
 @pytest.mark.slow
 def test_the_readme_command_runs_the_subset_and_passes_it_to_every_job(scratch_root):
-    """The README's command verbatim (a dry run: the real run is docs/results/signal-cpu/)."""
+    """docs/profiles.md's command verbatim (a dry run: the real run is docs/results/signal-cpu/)."""
     root = workflow_project(scratch_root)
     command = readme_signal_command()
     assert command[0] == "snakemake"

@@ -193,7 +193,7 @@ def test_build_pdf_compiles_only_the_given_parts(root, monkeypatch):
 
 @needs_pdflatex
 def test_readme_pdf_command_compiles_the_named_parts_or_the_whole_folder(scratch_root, capsys):
-    """README: ``leanlm pdf --params params/smoke.yaml [FILE ...]``."""
+    """docs/commands.md: ``leanlm pdf --params params/smoke.yaml [FILE ...]``."""
     from leanlm import cli
 
     out_dir = scratch_root / "paper_tables" / "smoke"

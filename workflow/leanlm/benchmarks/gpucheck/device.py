@@ -144,7 +144,7 @@ def absent_on_device() -> set[str]:
 
 
 def device_command(bundle: str, out: str = "$OUT", extra: str = "") -> str:
-    """The shell command of the device ``run``: install the carried wheels, then the check (README's form)."""
+    """The shell command of the device ``run``: install the carried wheels, then the check (the form docs/gpu-check.md shows)."""
     return (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade "
             f"--target {SITE} {bundle}/wheels/*.whl && export PYTHONPATH={SITE}:$PWD/workflow "
             f"PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false || exit; "
