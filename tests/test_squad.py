@@ -141,7 +141,8 @@ def test_standin_rows_pass_the_contract_and_answers_sit_at_their_offsets(project
 
 
 def test_standins_hold_evaluation_text_out_of_pretraining_and_v2_has_a_third_unanswerable(project, monkeypatch):
-    from leanlm.data.families.glue_standins import BuildContext, StandInSources, build_standin
+    from leanlm.data.families.glue_standins import BuildContext, StandInSources
+    from leanlm.data.task_sources import build_standin
     from leanlm.data.families.squad_standins import pretraining_heldout
     from leanlm.data.splitting import task_rng
 
@@ -305,12 +306,11 @@ def test_hub_mapping_on_a_fixture(tmp_path):
 
 
 def test_hub_loader_fails_fast_offline(monkeypatch):
-    from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
+    from leanlm.data.task_sources import FAMILIES
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    import_task_modules()
     with pytest.raises(DataError, match="rajpurkar/squad_v2.*unreachable"):
-        HUB_TASK_LOADERS.get("squad")(get_task("squad_v2"), "paper", 13, 0.0)
+        FAMILIES.get("squad").load_hub(get_task("squad_v2"), "paper", 13, 0.0)
 
 
 # --- the model and a tiny end-to-end runner call ---------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from leanlm import paths
-from leanlm.data.families.glue_standins import STANDINS, BuildContext, StandInSources
+from leanlm.data.families.glue_standins import BuildContext, StandInSources
+from leanlm.data.families.superglue_standins import STANDINS
 from leanlm.data.splitting import task_rng
 from leanlm.data.task_sets import cap_splits, check_rows
 from leanlm.data.tasks import get_task, tasks_in_family
@@ -176,11 +177,10 @@ def test_hub_rows_through_datasets_json_loader(tmp_path):
 
 
 def test_family_loader_is_registered_and_fails_fast_offline():
-    from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
+    from leanlm.data.task_sources import FAMILIES
 
-    import_task_modules()
     with pytest.raises(DataError, match="profile 'paper' uses source 'hub' \\(aps/super_glue/wsc.fixed\\)"):
-        HUB_TASK_LOADERS.get("superglue")(get_task("wsc"), "paper", 13, 0.0)
+        FAMILIES.get("superglue").load_hub(get_task("wsc"), "paper", 13, 0.0)
 
 
 # --- packaged stand-ins --------------------------------------------------------------------------

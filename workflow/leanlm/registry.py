@@ -112,8 +112,9 @@ class FolderRegistry(DottedRegistry[T]):
     """A folder is the registry and a file is the registered name: module ``package.<name>`` holds the
     plug-in as ``attr`` (a new objective or runner is one new file; no existing file changes)."""
 
-    def __init__(self, kind: str, package: str, attr: str):
+    def __init__(self, kind: str, package: str, attr: str, helpers: str | None = None):
         self.package, self.attr = package, attr
+        self.helpers = helpers  # a glob of the folder's modules that are a plug-in's helpers, not plug-ins
         super().__init__(kind, self._folder_targets, within=package)
 
     def folder(self):
@@ -126,7 +127,10 @@ class FolderRegistry(DottedRegistry[T]):
         return Path(list(spec.submodule_search_locations)[0])
 
     def _folder_targets(self) -> dict[str, str]:
-        return {stem: f"{self.package}.{stem}:{self.attr}" for stem in _module_stems(self.folder(), "*.py")}
+        from fnmatch import fnmatch
+
+        return {stem: f"{self.package}.{stem}:{self.attr}" for stem in _module_stems(self.folder(), "*.py")
+                if not (self.helpers and fnmatch(stem, self.helpers))}
 
 
 def _module_stems(folder: Path, pattern: str) -> tuple[str, ...]:

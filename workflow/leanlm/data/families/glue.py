@@ -1,6 +1,7 @@
 """GLUE's hub loader (DESIGN.md §5): one GLUE task from Hugging Face ``datasets``, mapped to our rows.
 
-Its packaged stand-ins are beside it (:mod:`leanlm.data.families.glue_standins`); the hub access it shares
+Its packaged stand-ins are beside it (:mod:`leanlm.data.families.glue_standins`), both named by
+:data:`FAMILY` (:mod:`leanlm.data.task_sources`); the hub access it shares
 with the other families (reachability, the mirror, held-out splits) is :mod:`leanlm.data.sources.hub`.
 
 Schema mapping is kept apart from downloading: :func:`map_glue_rows` and :func:`glue_task_splits` take
@@ -19,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from leanlm.data.families.glue_standins import STANDINS
 from leanlm.data.sources.hub import heldout_splits, load_hub_dataset, require_splits
-from leanlm.data.task_sources import HUB_TASK_LOADERS
+from leanlm.data.task_sources import TaskFamily
 from leanlm.data.tasks import TaskSpec
 from leanlm.errors import DataError
 
@@ -80,6 +82,8 @@ def load_glue(spec: TaskSpec, profile: str):
     return load_hub_dataset(spec, profile)
 
 
-@HUB_TASK_LOADERS.register("glue")
 def load_glue_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
     return glue_task_splits(spec, load_glue(spec, profile), seed, heldout_fraction)
+
+
+FAMILY = TaskFamily("glue", standins=STANDINS, hub=load_glue_family)

@@ -113,15 +113,6 @@ def _row(text_a: str, text_b: str | None, label: int | float) -> dict:
     return {"text_a": text_a, "text_b": text_b, "label": label}
 
 
-def build_standin(task: str, sources: StandInSources, ctx: BuildContext) -> Rows:
-    rows = STANDINS.get(task)(sources, ctx)
-    for split, split_rows in rows.items():
-        if not split_rows:
-            raise DataError(f"the packaged stand-in of {task!r} has no {split} rows; the raw files under "
-                            f"{sources.raw_dir} hold too little text (rerun the fetch stage)")
-    return rows
-
-
 # --- single sentences ------------------------------------------------------------------------------
 
 

@@ -26,15 +26,17 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from leanlm.data.families.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.families.glue_standins import BuildContext, Rows, StandInSources, _empty
 from leanlm.data.sources.hub import PARQUET_REVISION
 from leanlm.data.splitting import unit_interval
-from leanlm.data.task_sources import HUB_TASK_LOADERS
+from leanlm.data.task_sources import TaskFamily
 from leanlm.data.tasks import TaskSpec
 from leanlm.errors import DataError
 from leanlm.io import read_jsonl
+from leanlm.registry import Registry
 
 log = logging.getLogger(__name__)
+STANDINS: Registry = Registry("packaged LM stand-in")  # task -> builder (FAMILY)
 
 # Corpus sources each stand-in draws from (leanlm.data.sources.packaged_raw.CORPUS_SOURCES names).
 STANDIN_SOURCES = {
@@ -183,7 +185,9 @@ def load_lm_dataset(spec: TaskSpec, profile: str) -> dict:
     raise DataError(f"could not load {what} from the Hugging Face hub ({'; '.join(errors)})")
 
 
-@HUB_TASK_LOADERS.register("lm")
 def load_lm_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
     # WikiText-103 and Penn Treebank have official test splits: nothing is held out of train.
     return lm_task_splits(spec, load_lm_dataset(spec, profile))
+
+
+FAMILY = TaskFamily("lm", standins=STANDINS, hub=load_lm_family)

@@ -1,5 +1,6 @@
 """SQuAD v1.1 / v2.0's hub loader (rajpurkar/squad, rajpurkar/squad_v2; params/tasks/squad.yaml); the
-packaged cloze stand-ins are beside it (:mod:`leanlm.data.families.squad_standins`).
+packaged cloze stand-ins are beside it (:mod:`leanlm.data.families.squad_standins`), both named by
+:data:`FAMILY`.
 
 Rows are span-QA rows (leanlm.data.tasks): ``{idx, context, question, answers: {text: [...],
 answer_start: [...]}}``, empty lists for an unanswerable question (v2.0).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
-from leanlm.data.task_sources import HUB_TASK_LOADERS
+from leanlm.data.task_sources import TaskFamily
 from leanlm.data.tasks import TaskSpec
 from leanlm.errors import DataError
 
@@ -106,6 +107,8 @@ def load_squad(spec: TaskSpec, profile: str):
         raise DataError(f"could not load {what} from the Hugging Face hub: {exc}") from exc
 
 
-@HUB_TASK_LOADERS.register("squad")
 def load_squad_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
     return squad_task_splits(spec, load_squad(spec, profile), seed, heldout_fraction)
+
+
+FAMILY = TaskFamily("squad", standins="leanlm.data.families.squad_standins:STANDINS", hub=load_squad_family)

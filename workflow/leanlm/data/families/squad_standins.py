@@ -30,14 +30,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
-from leanlm.data.families.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.families.glue_standins import BuildContext, Rows, StandInSources, _empty
 from leanlm.data.splitting import SPLITS, unit_interval
 from leanlm.data.text import STOPWORDS, dedupe_key, is_prose_sentence
 from leanlm.io import iter_jsonl
+from leanlm.registry import Registry
 
 log = logging.getLogger(__name__)
 
 SQUAD2_UNANSWERABLE = 1 / 3  # SQuAD 2.0 train: 43,498 of 130,319 questions have no answer
+STANDINS: Registry = Registry("packaged SQuAD stand-in")  # task -> builder (squad.FAMILY)
 PASSAGE_MAX_WORDS = 120      # SQuAD paragraphs average about 120 words
 PASSAGE_MIN_WORDS = 30
 QUESTION_WORDS = (6, 25)    # words of a sentence that becomes a question (SQuAD questions are shorter)

@@ -3,8 +3,8 @@
 params/tasks/superglue.yaml says which rows each task becomes; the text templates that compose
 them (WiC's "<word>: <sentence2>", MultiRC's "<question> <answer>", COPA's question sentences,
 WSC's "Does <pronoun> refer to <noun>?") live here and are shared with the packaged stand-ins
-(:mod:`leanlm.data.families.superglue_standins`, listed in :data:`leanlm.data.task_sources.TASK_MODULES`), so both sources
-give the model the same input format.
+(:mod:`leanlm.data.families.superglue_standins`, which imports them: :data:`FAMILY` names it by dotted
+path), so both sources give the model the same input format.
 
 Schema mapping (:func:`map_superglue_rows`, :func:`superglue_task_splits`) is kept apart from
 downloading (:func:`load_superglue`), so tests feed local fixtures in the hub's schema. Splits
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping
 
 from leanlm.data.sources import hub
-from leanlm.data.task_sources import HUB_TASK_LOADERS
+from leanlm.data.task_sources import TaskFamily
 from leanlm.data.tasks import TaskSpec
 from leanlm.errors import DataError
 
@@ -139,7 +139,10 @@ def load_superglue(spec: TaskSpec, profile: str):
     return hub.load_hub_dataset(spec, profile)
 
 
-@HUB_TASK_LOADERS.register("superglue")
 def load_superglue_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
     return superglue_task_splits(spec, load_superglue(spec, profile), seed, heldout_fraction)
+
+
+FAMILY = TaskFamily("superglue", standins="leanlm.data.families.superglue_standins:STANDINS",
+                    hub=load_superglue_family)
 

@@ -14,7 +14,6 @@ import re
 from collections import defaultdict
 
 from leanlm.data.families.glue_standins import (
-    STANDINS,
     BuildContext,
     Rows,
     StandInSources,
@@ -28,7 +27,9 @@ from leanlm.data.families.glue_standins import (
 )
 from leanlm.data.families.superglue import COPA_QUESTIONS, multirc_second_text, wic_second_text, wsc_question
 from leanlm.data.text import STOPWORDS, dedupe_key, is_content_word, is_prose_sentence
+from leanlm.registry import Registry
 
+STANDINS: Registry = Registry("packaged SuperGLUE stand-in")  # task -> builder (superglue.FAMILY)
 BOOLQ_TRUE = 0.62            # BoolQ's share of "true" answers
 CB_PRIORS = (0.46, 0.48, 0.06)  # CB train: entailment, contradiction, neutral
 MULTIRC_TRUE = 0.43          # MultiRC's share of true answer options

@@ -21,13 +21,16 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
-from leanlm.data.families.glue_standins import STANDINS, BuildContext, Rows, StandInSources, _empty
+from leanlm.data.families.glue_standins import BuildContext, Rows, StandInSources, _empty
 from leanlm.data.sources import hub
 from leanlm.data.sources.packaged import DJANGO_CATALOGUES, catalogue_raw_name
-from leanlm.data.task_sources import HUB_TASK_LOADERS
+from leanlm.data.task_sources import TaskFamily
 from leanlm.data.tasks import TaskSpec
 from leanlm.data.text import clean_text, dedupe_key
 from leanlm.errors import DataError
+from leanlm.registry import Registry
+
+STANDINS: Registry = Registry("packaged translation stand-in")  # task -> builder (FAMILY)
 
 
 class Message(NamedTuple):
@@ -214,7 +217,6 @@ def load_wmt14(spec: TaskSpec, profile: str):
     return hub.load_hub_dataset(spec, profile)
 
 
-@HUB_TASK_LOADERS.register("translation")
 def load_translation_family(spec: TaskSpec, profile: str, seed: int, heldout_fraction: float) -> tuple[dict, dict]:
     # WMT-14 has its official test set (newstest2014): nothing is held out of train.
     return translation_splits(spec, load_wmt14(spec, profile))
@@ -224,3 +226,6 @@ def iter_pairs(rows: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, str]]:
     """(source, target) of task rows (what tokenizer training and batching read)."""
     for row in rows:
         yield row["source"], row["target"]
+
+
+FAMILY = TaskFamily("translation", standins=STANDINS, hub=load_translation_family)

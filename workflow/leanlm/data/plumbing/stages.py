@@ -196,15 +196,14 @@ def stage_tasks(config: dict, out: Path, families=None) -> None:
     specs = _task_specs(config, families)
     if config["source"] == "packaged":
         from leanlm.data.families import glue_standins
-        from leanlm.data.families.glue_standins import BuildContext, StandInSources, build_standin
+        from leanlm.data.families.glue_standins import BuildContext, StandInSources
 
         sources = StandInSources(data / "raw")
         fractions = [1 - glue_standins.VALIDATION_FRACTION - glue_standins.TEST_FRACTION,
                      glue_standins.VALIDATION_FRACTION, glue_standins.TEST_FRACTION]
     from leanlm.lm_eval.stage import LM_EVAL_FAMILIES, build_lm_eval_dir
-    from leanlm.data.task_sources import HUB_TASK_LOADERS, import_task_modules
+    from leanlm.data.task_sources import FAMILIES, build_standin
 
-    import_task_modules()
     # Ch. 4's lm-eval families have no task sets: lm-eval reads their tasks (local stand-ins written here).
     if families is None or set(families) & set(LM_EVAL_FAMILIES):
         build_lm_eval_dir(config, out)
@@ -217,8 +216,8 @@ def stage_tasks(config: dict, out: Path, families=None) -> None:
                           "split_fractions": fractions}
             rows = cap_splits(rows, max_train, max_eval, rng, renumber=True)
         else:
-            rows, provenance = HUB_TASK_LOADERS.get(spec.family)(spec, config["profile"], seed,
-                                                                 heldout_fraction(config))
+            rows, provenance = FAMILIES.get(spec.family).load_hub(spec, config["profile"], seed,
+                                                                  heldout_fraction(config))
             rows = cap_splits(rows, max_train, max_eval, rng, renumber=False)
         meta = write_task(out, spec, rows, config["source"], provenance)
         log.info("tasks: %s %s in %.1f s", spec.name, {s: v["rows"] for s, v in meta["splits"].items()},
