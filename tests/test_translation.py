@@ -237,7 +237,7 @@ GERMAN = ["Bitte eine gültige Uhrzeit eingeben.", "Dieses Feld darf nicht leer 
 
 
 def test_bpe_is_deterministic_and_decodes_losslessly():
-    from leanlm.objectives.translation import SPECIAL_TOKENS, decode_ids, encode_texts, train_bpe
+    from leanlm.training.translation_pairs import SPECIAL_TOKENS, decode_ids, encode_texts, train_bpe
 
     texts = lambda: iter(GERMAN * 3 + ["Enter a valid time.", "This field cannot be blank."] * 3)  # noqa: E731
     a, b = train_bpe(texts, 120), train_bpe(texts, 120)
@@ -248,7 +248,7 @@ def test_bpe_is_deterministic_and_decodes_losslessly():
 
 
 def test_encode_pairs_adds_eos_and_skips_long_pairs():
-    from leanlm.objectives.translation import encode_pairs, encode_texts, train_bpe
+    from leanlm.training.translation_pairs import encode_pairs, encode_texts, train_bpe
 
     tokenizer = train_bpe(lambda: iter(GERMAN * 3), 100)
     rows = [{"source": GERMAN[1], "target": GERMAN[0]}, {"source": " ".join([GERMAN[2]] * 20), "target": GERMAN[0]}]
@@ -260,7 +260,7 @@ def test_encode_pairs_adds_eos_and_skips_long_pairs():
 
 
 def test_collate_and_batches():
-    from leanlm.objectives.translation import TranslationBatches, collate_pairs
+    from leanlm.training.translation_pairs import TranslationBatches, collate_pairs
 
     batch = collate_pairs([([5, 6, 3], [7, 8]), ([9, 3], [10])])
     assert batch["input_ids"].tolist() == [[5, 6, 3], [9, 3, 0]]
