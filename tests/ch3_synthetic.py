@@ -77,10 +77,18 @@ def tidy_frame(config: dict, skip=lambda run, family, task, seed: False, value=s
 
 
 def write_tidy(root: Path, config: dict, **kwargs) -> pd.DataFrame:
+    """The tidy results as aggregation writes them: all_runs.csv, and one piece per experiment
+    (results/<profile>/experiments/<experiment>.csv), which a table reads."""
+    from leanlm.reporting.aggregate import piece_path
+
     frame = tidy_frame(config, **kwargs)
     out = root / "results" / config["profile"] / "all_runs.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out, index=False)
+    for experiment, piece in frame.groupby("experiment", sort=False):
+        path = piece_path(config["profile"], experiment)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        piece.to_csv(path, index=False)
     return frame
 
 

@@ -151,3 +151,16 @@ def test_seed_level_t_interval_covers_at_the_stated_rate():
         assert iv.basis == "seeds"
         covered += iv.low <= 3.0 <= iv.high
     assert 0.92 <= covered / trials <= 0.98
+
+
+def test_row_ranks_equal_scipys_average_ranks_with_ties():
+    """Spearman's draws rank every bootstrap row at once (leanlm.claims.stats._ranks_rows): the same average
+    ranks as scipy.stats.rankdata, ties included (STS-B's references are rounded, so ties are common)."""
+    import scipy.stats
+
+    from leanlm.claims.stats import _ranks_rows
+
+    rng = np.random.default_rng(0)
+    for x in (rng.integers(0, 6, size=(50, 40)).astype(float), rng.random((3, 200)), np.zeros((2, 5)),
+              np.arange(7.0)[None, ::-1]):
+        assert np.allclose(_ranks_rows(x), np.apply_along_axis(scipy.stats.rankdata, 1, x))

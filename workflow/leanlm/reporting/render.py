@@ -273,6 +273,15 @@ def table_experiments(name: str, config: dict) -> list[str]:
     return [e for e in dict.fromkeys(listed) if e in config["experiments"]]
 
 
+def _check_experiments_run(name: str, config: dict) -> None:
+    """LeanLMError naming the profile's key if it does not run an experiment table ``name`` needs."""
+    from leanlm.reporting.tables_file import load_tables
+
+    for experiment in load_tables()[name]["experiments"]:
+        if experiment not in config.get("_matrix", {}):
+            experiment_runs(config, experiment, name)  # raises the error that names the key to add
+
+
 def render_table(profile: str, name: str, config: dict, verify_settings: bool = False) -> list[Path]:
     """Render table ``name`` of ``profile`` from the results of its experiments
     (results/<profile>/experiments/<experiment>.csv: :func:`table_experiments`; a params table: from
@@ -283,6 +292,7 @@ def render_table(profile: str, name: str, config: dict, verify_settings: bool = 
     if name in PARAMS_TABLES:
         return write_table(profile, name, PARAMS_TABLES.get(name)(profile, config))
     renderer = TABLES.get(name)  # an unknown table is named before anything is read
+    _check_experiments_run(name, config)  # a profile without them is named before any results are read
     tidy = load(profile, table_experiments(name, config))
     if verify_settings:
         check_aggregated_settings(profile, config, tidy)
