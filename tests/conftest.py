@@ -53,3 +53,16 @@ def offline_with(monkeypatch):
 
     yield use
     mirror.configure_mirror({})
+
+
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch):
+    """(tests of what an edit reruns) A copy of the leanlm sources that provenance fingerprints instead of the working tree's."""
+    from leanlm import provenance
+
+    copy = tmp_path / "leanlm"
+    shutil.copytree(provenance.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(provenance, "PACKAGE_DIR", copy)
+    provenance._direct_imports.cache_clear()
+    yield copy
+    provenance._direct_imports.cache_clear()

@@ -12,13 +12,13 @@ the package (provenance reads the copy), so the working tree is never edited.
 from __future__ import annotations
 
 import importlib
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fingerprints import fingerprints
 from leanlm import provenance
 from leanlm.config import load_config
 from leanlm.job_code import finetune_code, pretrain_code
@@ -94,33 +94,18 @@ def smoke_jobs():
     return jobs
 
 
-@pytest.fixture
-def package_copy(tmp_path, monkeypatch):
-    copy = tmp_path / "leanlm"
-    shutil.copytree(provenance.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(provenance, "PACKAGE_DIR", copy)
-    provenance._direct_imports.cache_clear()
-    yield copy
-    provenance._direct_imports.cache_clear()
-
-
-def _fingerprints(jobs) -> dict[str, str]:
-    provenance._direct_imports.cache_clear()
-    return {job: code() for job, (code, _) in jobs.items()}
-
-
 def test_a_comment_in_a_route_file_reruns_exactly_the_runs_taking_it(smoke_jobs, package_copy):
     users = {name: _users(name) for name in INPUT_ROUTES.names()}
     assert users["fixed_text"] == {"routes/fixed_text.py", "routes/subword.py"}  # ch. 4 adds its text to subword ids
     edited = {path: {job for job, (_, route) in smoke_jobs.items() if path in users[route]} for path in ROUTE_FILES}
     edited.update({path: {job for job, (_, route) in smoke_jobs.items() if route == "hashing"} for path in HASHING_FILES})
-    before = _fingerprints(smoke_jobs)
+    before = fingerprints(smoke_jobs)
     for path, expected in edited.items():
         target = package_copy / path
         original = target.read_bytes()
         target.write_bytes(original + b"\n# a comment\n")
         try:
-            after = _fingerprints(smoke_jobs)
+            after = fingerprints(smoke_jobs)
         finally:
             target.write_bytes(original)
         changed = {job for job in before if before[job] != after[job]}
