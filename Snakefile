@@ -117,7 +117,7 @@ onsuccess:
     from leanlm.claims.report import print_summary
     from leanlm.reporting.report_page import where_lines
 
-    print_summary(PROFILE)
+    print_summary(PROFILE, CFG)
     print("\n".join(where_lines(PROFILE)))  # and last, where to look
 
 

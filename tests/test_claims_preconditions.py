@@ -98,6 +98,12 @@ def test_the_report_shows_untestable_parts_and_their_preconditions(scratch_root,
     print_summary("smoke")
     assert "0 supported, 0 contradicted, 0 inconclusive (95% interval too wide at this scale), 1 untestable" \
         in capsys.readouterr().out
+    # The end of a run: each claim with the part its verdict rests on, and what the profile's scale can test.
+    print_summary("smoke", _config(scratch_root))
+    out = capsys.readouterr().out
+    assert "ch2_not_judged  untestable    part 1/1: precondition pool_in_regime fails" in out
+    assert "profile smoke runs below the thesis's scale: its 0 supported or contradicted claims are findings about " \
+           "its small models, not about the thesis, and 1 cannot be tested here at all" in out
 
 
 @pytest.mark.parametrize("verdicts, quantifier, expected", [
@@ -243,3 +249,20 @@ def test_the_glue_majority_row_comes_from_the_dev_set_labels(scratch_root):
         else:
             major = Counter(ref).most_common(1)[0][0]
             assert value == pytest.approx(compute(spec.primary_metric, [major] * len(ref), ref))
+
+
+def test_the_end_of_run_line_names_the_deciding_parts_effect_and_interval(scratch_root, capsys):
+    from leanlm.claims.report import main, print_summary
+
+    for run_id, rate in (("ch2_hashformers-lsh_add", 0.85), ("ch2_hashformers-md5_add", 0.55)):
+        _write_run(scratch_root, _config(scratch_root), run_id, rate, tasks=["sst2"])
+    path = _claims_file(scratch_root, [{**BASE, "id": "ch2_clear_win", "tasks": ["sst2"],
+                                        "pairs": [["ch2_hashformers-lsh_add", "ch2_hashformers-md5_add"]]}])
+    main(_config(scratch_root), draws=200, claims_file=path)
+    row = pd.read_csv(scratch_root / "paper_tables" / "smoke" / "claims.csv").iloc[0]
+    capsys.readouterr()
+    print_summary("smoke")
+    line = next(l for l in capsys.readouterr().out.splitlines() if "ch2_clear_win" in l)
+    assert row["verdict"] == SUPPORTED and row["low"] > 0
+    assert line.split() == ["ch2_clear_win", "supported", "part", "1/1:", "effect", f"{row['estimate']:.3g}",
+                            f"[{row['low']:.3g},", f"{row['high']:.3g}]", "(difference)"]

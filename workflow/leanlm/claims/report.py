@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -154,9 +155,11 @@ def main(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Path | Non
     return written
 
 
-def print_summary(profile: str) -> None:
-    """Print the claims' verdicts of paper_tables/<profile>/claims.csv, one line per claim, and their count
-    (the end of a Snakemake run); nothing when the claims stage has not run."""
+def print_summary(profile: str, config: dict | None = None) -> None:
+    """Print the claims' verdicts of paper_tables/<profile>/claims.csv as a short table (the end of a Snakemake
+    run): per claim its verdict and the part that decides it (effect and interval, or the precondition that
+    failed), then their count and, with the profile's ``config``, what its scale can test. Nothing when the
+    claims stage has not run."""
     path = paths.tables_dir(profile) / "claims.csv"
     if not path.is_file():
         return
@@ -165,7 +168,37 @@ def print_summary(profile: str) -> None:
     verdicts = claims.set_index("claim")["claim_verdict"]
     width = max(len(str(c)) for c in claims["claim"])
     print(f"leanlm: the thesis's claims at profile {profile} (95% intervals; params/claims.yaml):")
-    for row in claims.itertuples():
-        print(f"  {row.claim:<{width}}  {row.claim_verdict}")
+    for claim, parts in df.groupby("claim", sort=False):
+        verdict = parts["claim_verdict"].iloc[0]
+        print(f"  {claim:<{width}}  {verdict:<12}  {_deciding_part(parts, verdict)}")
     c = {v: int((verdicts == v).sum()) for v in ORDER}
     print(f"leanlm: {count_line(profile, c)}; details: {path.with_suffix('.md')}")
+    if config is not None:
+        print(f"leanlm: {scale_sentence(config, c)}")
+
+
+def _deciding_part(parts: pd.DataFrame, verdict: str) -> str:
+    """The part a claim's verdict rests on, in a few words: the first part with the claim's verdict (else the
+    first judged one): its effect and interval, or for an untestable part the precondition that failed."""
+    same = parts[parts["verdict"] == verdict]
+    row = (same if not same.empty else parts).iloc[0]
+    where = f"part {int(row['part'])}/{len(parts)}"
+    if row["verdict"] in (UNTESTABLE, NOT_RUN):
+        reason = str(row.get("reason") or "")
+        failed = re.search(r"Precondition (\w+)", reason)
+        return f"{where}: " + (f"precondition {failed.group(1)} fails" if failed else reason[:70])
+    return f"{where}: effect {_num(row['estimate'])} [{_num(row['low'])}, {_num(row['high'])}] ({row['effect']})"
+
+
+def scale_sentence(config: dict, counts_: dict[str, int]) -> str:
+    """What a profile's verdicts can say: below the thesis's scale, a finding about its small models."""
+    from leanlm.reporting.render import scale_note
+
+    below = any("not comparable" in scale_note(config, b) for b in config.get("models", {}))
+    judged = counts_[SUPPORTED] + counts_[CONTRADICTED]
+    if below:
+        return (f"profile {config['profile']} runs below the thesis's scale: its {judged} supported or contradicted "
+                f"claims are findings about its small models, not about the thesis, and {counts_[UNTESTABLE]} "
+                f"cannot be tested here at all (docs/claims.md)")
+    return (f"profile {config['profile']} runs at the thesis's scale: {judged} claims judged, "
+            f"{counts_[INCONCLUSIVE]} inconclusive, {counts_[UNTESTABLE]} untestable (docs/claims.md)")
