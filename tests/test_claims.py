@@ -177,7 +177,10 @@ def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_roo
     print_summary("smoke")
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("leanlm: the thesis's claims at profile smoke")
-    assert [line.split() for line in printed[1:7]] == [[c, *v.split()] for c, v in verdict.items()]
+    # each line: the claim, its verdict, then the part it rests on (effect and interval, or why not judged)
+    assert [line.split()[:1 + len(v.split())] for line, v in zip(printed[1:7], verdict.values())] == \
+        [[c, *v.split()] for c, v in verdict.items()]
+    assert all(" part " in line for line in printed[1:7]), printed
     assert printed[7].startswith("leanlm: claims at profile smoke: 2 supported, 1 contradicted, 1 inconclusive")
     assert "2 not run" in printed[7]
 
