@@ -37,6 +37,7 @@ import torch
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
 from leanlm.hashing.codebook import HashCodebook
+from leanlm.hashing.official_replacements import OfficialRandomInputs, official_random_inputs
 from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_features import codebook_settings, embedding_features
@@ -230,27 +231,38 @@ def feature_hook(model_config, tokenizer) -> Features | None:
 class FeatureBatches:
     """An objective's batches with the hash features of their (corrupted) ids added.
 
-    Delegates everything else (``masked`` for validation, ``batch_size``) to the wrapped batches.
+    ``random_inputs`` (:func:`leanlm.hashing.official_replacements.official_random_inputs`), for a bit model
+    under Shuffle+Random's ``corruption: official_code``: the randomly replaced tokens' inputs then become
+    the official collators' random bits, drawn from the batch's generator after its other draws.
+    Delegates everything else (``batch_size``, the settings) to the wrapped batches.
     """
 
-    def __init__(self, inner, features: Features):
-        self.inner, self.features = inner, features
+    def __init__(self, inner, features: Features, random_inputs: OfficialRandomInputs | None = None):
+        self.inner, self.features, self.random_inputs = inner, features, random_inputs
 
     def _add(self, batch: dict) -> dict:
         batch.update(self.features(batch["input_ids"]))
         return batch
 
     def __call__(self, step: int, micro: int) -> dict:
-        return self._add(self.inner(step, micro))
+        if self.random_inputs is None:
+            return self._add(self.inner(step, micro))
+        return self.masked(*self.inner.rows_at(step, micro))  # the rows and their generator
 
     def masked(self, rows: torch.Tensor, generator) -> dict:
-        return self._add(self.inner.masked(rows, generator))
+        batch = self._add(self.inner.masked(rows, generator))
+        return batch if self.random_inputs is None else self.random_inputs(rows, batch, generator)
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
 
 def with_features(batches, model_config: ModelConfig, tokenizer):
-    """``batches`` unchanged for models that read only ids, else wrapped in :class:`FeatureBatches`."""
+    """``batches`` unchanged for models that read only ids, else wrapped in :class:`FeatureBatches`; with
+    the official collators' random inputs where the batches corrupt as the official code does
+    (``corruption`` of :class:`leanlm.objectives.shuffle_random.ShuffleRandomBatches`)."""
     hook = feature_hook(model_config, tokenizer)
-    return batches if hook is None else FeatureBatches(batches, hook)
+    if hook is None:
+        return batches
+    official = getattr(batches, "corruption", None) == "official_code"
+    return FeatureBatches(batches, hook, official_random_inputs(model_config) if official else None)

@@ -128,9 +128,13 @@ class PackedBatches(abc.ABC):
         self.per_step = micro_batches_per_step(grad_accum)
 
     def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
+        return self.masked(*self.rows_at(step, micro))
+
+    def rows_at(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Generator | None]:
+        """The micro-batch's rows and the generator its draws come from (None where nothing is drawn)."""
         start = (step * self.per_step + micro) * self.batch_size
         rows = self.sequences[example_indices(len(self.sequences), self.seed, start, self.batch_size)]
-        return self.masked(rows, step_generator(self.seed, step, micro) if self.uses_generator else None)
+        return rows, step_generator(self.seed, step, micro) if self.uses_generator else None
 
     @abc.abstractmethod
     def masked(self, rows: torch.Tensor, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
