@@ -73,5 +73,9 @@ class ShuffleRandomObjective(PackedTextObjective):
                                     settings.get("shuffle_prob", 0.1), settings.get("random_prob", 0.1), seed,
                                     settings.get("corruption", "thesis"))
 
+    def head_options(self, settings):
+        # Only when the block sets it: a profile without the key builds the model exactly as before.
+        return {"head_type": settings["head"]} if "head" in settings else {}
+
 
 Objective = ShuffleRandomObjective

@@ -101,6 +101,10 @@ class PackedTextObjective(PretrainObjective):
     def batches(self, settings: dict, tokenizer, sequences, seed: int) -> PackedBatches:
         """The engine's ``batch_at(step, micro)`` over the packed rows ``sequences``."""
 
+    def head_options(self, settings: dict) -> dict:
+        """Keyword arguments of the ``head`` model that the pretraining block picks (none by default)."""
+        return {}
+
     def run(self, config: dict, run) -> dict:
         return pretrain_packed(config, run, self)
 
@@ -367,7 +371,7 @@ def _train_and_write(config: dict, run, objective: PackedTextObjective, settings
     if pad is not None:  # RoBERTa's <pad> is id 1: the padding row (no gradient) must be it, not <s> = 0
         fields["pad_token_id"] = pad
     model_config = ModelConfig.from_dict(fields)
-    model = build_model(model_config, objective.head)
+    model = build_model(model_config, objective.head, **objective.head_options(settings))
     route = input_route(run)
     inputs_record = route.prepare_model(model, tokenizer, data, profile)  # ch. 4: FixedSeqQK's fixed text
     # Hash embeddings read per-token features (hash bits/buckets) that the batches carry.
