@@ -108,6 +108,9 @@ def shuffle_random_as_official_code(
       even when the token is the same), then each other non-special position a uniform id of the whole
       vocabulary (special ids included) with probability ``random_prob`` (label 2, likewise);
     - labels 0 elsewhere, -100 at special positions.
+
+    This is the collator of the models that read ids (the code's Emb); for the bit models the hashing route
+    then replaces the random tokens' inputs (:mod:`leanlm.hashing.official_replacements`).
     """
     if input_ids.dim() != 2 or input_ids.shape != special_mask.shape:
         raise DataError(f"shuffle_random: input_ids {tuple(input_ids.shape)} and special_mask "
