@@ -9,7 +9,8 @@ Their ``embedding_options`` (defaults in brackets):
 - ``hash_emb`` (HashFormer-Emb, §2.3.1): a table of N rows indexed by the token's hash bucket.
   ``hash`` [md5] (md5 | lsh: which codebook makes the buckets), ``buckets`` [1K]: an integer or
   ``50K`` (= 50,260, the official code's modulus: with the 5 special rows RoBERTa's 50,265) or
-  ``1K`` (= 1,037: with the regular-token vector 1,038 rows, Pool's size; DESIGN §8).
+  ``1K`` (= 1,037: with the regular-token vector 1,038 rows, Pool's size; DESIGN §8). The regular-token
+  vector is the official Pool/Add/Proj's sixth special row; the official Emb, a plain word table, has none.
 - ``hash_pool`` (Pool, Eq. 2.1): ``hash``, ``bits`` T [128], ``k`` [10]; a shared codebook of 2^k
   rows, ceil(T/k) codewords (the last one shorter: 8 bits for T=128, k=10), softmax over the
   codewords per hidden dimension. ``dropout`` [0.0]: dropout on each gathered codebook vector before
