@@ -18,6 +18,8 @@ from leanlm.data.tokenizer import train_wordpiece
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model
+from leanlm.modeling.mixers import MIXERS
+from leanlm.routes.fixed_text import needs_fixed_text
 from leanlm.training.run_tokenizer import save_run_tokenizer
 
 TEXTS = ["the cat sat on the mat.", "a dog ran in the park, fast!", "hello world: this is leanlm",
@@ -56,6 +58,24 @@ VARIANTS = {
     "qwen-standard-qk_norm": (dict(backbone="qwen", type_vocab_size=0, attention="standard", qk_norm=True,
                                    n_kv_heads=2), "causal_lm", end_of_text_bpe),
 }
+QWEN = dict(backbone="qwen", type_vocab_size=0, layer_norm_eps=1e-6, rope_theta=1e6)
+# name -> (model fields, head, tokenizer): every variant that exports with its own code (trust_remote_code):
+# each ch. 4 mixer of the registry in the uniform and hybrid layouts (GQA where the mixer takes it), and the
+# settings that change a mixer's code path (q/k norms, tied head, another layout).
+REMOTE_VARIANTS = {
+    f"qwen-{name}-{layout}": (dict(QWEN, attention=name, layout=layout, tie_word_embeddings=False,
+                                   **({"n_kv_heads": 2} if "n_kv_heads" in MIXERS.get(name).options
+                                      or layout != "uniform" else {})), "causal_lm", end_of_text_bpe)
+    for name in MIXERS.names() if name != "standard" for layout in ("uniform", "hybrid")
+}
+REMOTE_VARIANTS.update({
+    "qwen-non_approximate-qk_norm-tied": (dict(QWEN, attention="non_approximate", qk_norm=True), "causal_lm",
+                                          end_of_text_bpe),
+    "qwen-rnd_emb_qk-qk_norm-bilateral": (dict(QWEN, attention="rnd_emb_qk", qk_norm=True, layout="bilateral",
+                                               n_layers=3), "causal_lm", end_of_text_bpe),
+    "qwen-static_emb_qk-tied-odd": (dict(QWEN, attention="static_emb_qk", layout="odd"), "causal_lm",
+                                    end_of_text_bpe),
+})
 HF_CLASSES = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
               "causal_lm": "AutoModelForCausalLM"}
 
@@ -76,6 +96,8 @@ def save_run(directory: Path, fields: dict, head: str, tokenizer: Tokenizer, run
     assert config.vocab_rows > config.vocab_size  # the padded rows exist and must stay behind
     kwargs = {"num_labels": 3} if head == "classification" else {}
     model = trained_like(build_model(config, head, **kwargs))
+    if needs_fixed_text(model):  # FixedSeqQK's fixed text (a held-out document in the pipeline)
+        model.set_fixed_sequence(torch.arange(config.max_position) % vocab)
     save_checkpoint(model, config, directory, extra={"run_id": run_id, "profile": "nowhere"})
     save_run_tokenizer(tokenizer, directory, keep=True)
     return model

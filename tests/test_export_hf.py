@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from export_cases import VARIANTS, end_of_text_bpe, save_run, wordpiece
+from export_cases import REMOTE_VARIANTS, VARIANTS, end_of_text_bpe, save_run, wordpiece
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
 from model_cases import build, distinct_models
@@ -50,7 +50,6 @@ def test_a_hash_embedding_model_is_refused_and_nothing_is_written(tmp_path, head
     (dict(backbone="bert"), "shuffle_random", "'shuffle_random' model of backbone 'bert' has no stock"),
     (dict(backbone="bert"), "qa", "'qa' model of backbone 'bert' has no stock"),
     (dict(backbone="gpt2", type_vocab_size=0, attention="mhe_mul"), "causal_lm", "attention='mhe_mul'"),
-    (dict(backbone="qwen", type_vocab_size=0, attention="approximate"), "causal_lm", "attention='approximate'"),
     (dict(backbone="transformer", n_decoder_layers=2), "seq2seq", "backbone='transformer' cannot be exported"),
 ])
 def test_what_transformers_cannot_express_is_refused_by_field(tmp_path, fields, head, says):
@@ -65,10 +64,11 @@ def test_what_transformers_cannot_express_is_refused_by_field(tmp_path, fields, 
 
 def test_every_target_classifies_every_config_field():
     # A field added to ModelConfig refuses every export until someone says whether transformers expresses it.
+    from leanlm.export.remote import REMOTE_TARGETS
     from leanlm.modeling.hf_layout import QK_NORM_TARGETS, TARGETS
 
     names = {f.name for f in dataclasses.fields(ModelConfig)}
-    for target in [*TARGETS.values(), *QK_NORM_TARGETS.values()]:
+    for target in [*TARGETS.values(), *QK_NORM_TARGETS.values(), *REMOTE_TARGETS.values()]:
         assert target.classified() == names, (target.family, names ^ target.classified())
         assert not set(target.carried) & set(target.unused) & set(target.pinned)
 
@@ -145,18 +145,19 @@ def test_every_model_of_the_matrix_exports_or_is_refused_by_name(case, tmp_path)
     # Exported: transformers computes its logits (the export's own check; the fresh-process round trips
     # of each variant are tests/test_export_hf_roundtrip.py). Refused: by the field, head or backbone.
     from leanlm.export import export_hf
+    from leanlm.export.hf import export_target
     from leanlm.modeling.checkpoint import save_checkpoint
-    from leanlm.modeling.hf_layout import target_of
     from leanlm.training.run_tokenizer import save_run_tokenizer
 
     fields, head = MATRIX[case]
     model = build(fields, head)
     try:
-        target_of(model.config, head, case)
+        export_target(model.config, head, case)
     except ConfigError as err:
         assert str(err).startswith(f"{case}: ") and ("cannot be exported" in str(err) or "no stock" in str(err))
         return
-    assert (model.config.backbone, head) in {(f["backbone"], h) for f, h, _ in VARIANTS.values()}
+    assert (model.config.backbone, head) in {(f["backbone"], h) for f, h, _ in
+                                             [*VARIANTS.values(), *REMOTE_VARIANTS.values()]}
     save_checkpoint(model, model.config, tmp_path / "ckpt", extra={"run_id": case})
     save_run_tokenizer(word_level(model.config.vocab_size), tmp_path / "ckpt", keep=True)
     export_hf(tmp_path / "ckpt", tmp_path / "hf")

@@ -1,8 +1,9 @@
 """``leanlm export-hf CHECKPOINT OUT``: a leanlm checkpoint as a ``transformers`` model directory.
 
 OUT gets ``config.json`` and ``model.safetensors`` in the stock class's layout
-(:mod:`leanlm.modeling.hf_layout`) and the run's tokenizer (:mod:`leanlm.export.tokenizer`). Nothing is
-ever written wrong:
+(:mod:`leanlm.modeling.hf_layout`), or, for a model no stock class computes, in the layout of leanlm's own
+self-contained class with its code beside them (``trust_remote_code``, :mod:`leanlm.export.remote`), and
+the run's tokenizer (:mod:`leanlm.export.tokenizer`). Nothing is ever written wrong:
 
 1. every config field is checked against what the class can express, before any file is written;
 2. the files go into a temporary folder beside OUT, which transformers loads back and whose logits must
@@ -26,7 +27,22 @@ from leanlm.export.verify import check_written
 from leanlm.io import write_json
 from leanlm.modeling.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_model, read_checkpoint_meta
 from leanlm.modeling.config import ModelConfig
+from leanlm.export.remote import REMOTE_TARGETS
+from leanlm.export.remote.files import copy_code
 from leanlm.modeling.hf_layout import target_of
+from leanlm.modeling.hf_layout.fields import Target, check_fields
+
+
+def export_target(config: ModelConfig, kind: str, where: str) -> tuple[Target, str]:
+    """The stock class a ``kind`` model of ``config`` exports to, else the self-contained class of its
+    backbone (leanlm.export.remote); ConfigError from the most capable one that refuses it."""
+    try:
+        return target_of(config, kind, where)
+    except ConfigError:
+        remote = REMOTE_TARGETS.get(config.backbone)
+        if remote is None:
+            raise
+    return remote, check_fields(config, remote, kind, where)
 
 
 def _free(out: Path) -> None:
@@ -42,7 +58,7 @@ def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
     where = str(checkpoint)
     meta = read_checkpoint_meta(checkpoint)
     config = ModelConfig.from_dict(meta["model"], where=f"{checkpoint / CONFIG_NAME}: model")
-    _target, cls = target_of(config, meta["kind"], where)
+    _target, cls = export_target(config, meta["kind"], where)
     _free(out)
     tokenizer, source = run_tokenizer(checkpoint, meta)
     check_fits(tokenizer, config.vocab_size, source)
@@ -64,6 +80,7 @@ def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
         save_file(tensors, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(staging / CONFIG_NAME, hf_config)
         write_tokenizer(tokenizer, staging, config.max_position - config.position_offset)
+        copy_code(_target.code, staging)
         check_written(model, staging, cls, where)
         _free(out)
         if out.exists():

@@ -3,6 +3,7 @@ the leanlm model's logits on a batch, or nothing is published (leanlm.export.hf)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -29,13 +30,23 @@ def probe_batch(config) -> dict[str, torch.Tensor]:
     return batch
 
 
+def load_export(directory: Path, cls: str) -> nn.Module:
+    """The export in ``directory`` as transformers loads it: its stock class ``cls``, or the ``Auto*`` class
+    its config.json's ``auto_map`` points at ``cls`` with (its own code, ``trust_remote_code``)."""
+    import transformers
+
+    if hasattr(transformers, cls):
+        return getattr(transformers, cls).from_pretrained(str(directory))
+    auto = json.loads((directory / "config.json").read_text(encoding="utf-8"))["auto_map"]
+    loader = next(name for name, target in auto.items() if target.endswith(f".{cls}"))
+    return getattr(transformers, loader).from_pretrained(str(directory), trust_remote_code=True)
+
+
 @torch.no_grad()
 def check_written(model: nn.Module, directory: Path, cls: str, where: str) -> float:
     """Load ``directory`` as transformers' ``cls`` and compare its logits with ``model``'s; returns the
     largest difference, LeanLMError when it is beyond float rounding."""
-    import transformers
-
-    hf = getattr(transformers, cls).from_pretrained(str(directory)).float().eval()
+    hf = load_export(directory, cls).float().eval()
     model = model.float().eval()
     batch = probe_batch(model.config)
     ours = model(**batch)["logits"]

@@ -44,6 +44,8 @@ class Target:
 
     ``classes``: leanlm head (checkpoint ``kind``) -> the transformers class written in
     ``architectures``; ``build(model, where)`` -> ``(config.json fields, weights by Hugging Face name)``.
+    ``code``: for a class that is not transformers' own, the files of its self-contained code that go
+    beside the weights (``trust_remote_code``; leanlm.export.remote); empty for a stock class.
     """
 
     backbone: str
@@ -53,6 +55,7 @@ class Target:
     unused: frozenset[str]
     pinned: Mapping[str, Rule]
     build: Callable[..., tuple[dict[str, Any], dict[str, Any]]] = field(compare=False)
+    code: tuple[str, ...] = ()
 
     def classified(self) -> set[str]:
         return set(self.carried) | set(self.unused) | set(self.pinned) | {"backbone"}

@@ -1,0 +1,141 @@
+"""Variants without a stock transformers class export with their own code (``trust_remote_code``): loaded by
+``AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)`` in a fresh process where leanlm is
+not importable, each gives leanlm's logits; the code shipped is self-contained and is the repository's
+templates (leanlm.export.remote), and a variant the templates do not implement is refused."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from export_cases import REMOTE_VARIANTS, run_fresh, save_run
+from leanlm.errors import ConfigError
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "workflow" / "leanlm" / "export" / "remote"
+ATOL = 1e-5  # fp32 on the CPU: float rounding only (direct vs linear-time forms of the mixers)
+# Table 4.1's HYBRID SKIP: a trained hybrid evaluated without its simple layers (0-based odd-numbered ones).
+SKIPPED = "qwen-approximate-hybrid"
+
+LOAD = """
+import json, sys
+import torch
+import transformers
+job = json.loads(sys.argv[1])
+out = {}
+for name, spec in job.items():
+    model = transformers.AutoModelForCausalLM.from_pretrained(spec["dir"], trust_remote_code=True,
+                                                              **spec["kwargs"]).eval()
+    batch = {k: torch.tensor(v) for k, v in spec["batch"].items()}
+    with torch.no_grad():
+        logits = model(**batch).logits
+    out[name] = {"logits": logits.tolist(), "class": type(model).__name__,
+                 "module": type(model).__module__.split(".")[-1]}
+print(json.dumps(out))
+"""
+
+
+def _batch(config):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, config.vocab_size, (3, 10), generator=g)
+    mask = torch.ones_like(ids)
+    ids[2, 7:], mask[2, 7:] = config.pad_token_id, 0  # right padding, as leanlm pads
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+@pytest.fixture(scope="module")
+def round_trips(tmp_path_factory):
+    """Every remote variant exported (the export checks its own logits in-process), then all loaded in one
+    fresh process: ``{name: (leanlm's, the fresh process's)}``."""
+    from leanlm.export import export_hf
+
+    root = tmp_path_factory.mktemp("remote")
+    ours, job = {}, {}
+    for name, (fields, head, make_tokenizer) in REMOTE_VARIANTS.items():
+        model = save_run(root / name / "ckpt", fields, head, make_tokenizer(), run_id=name)
+        export_hf(root / name / "ckpt", root / name / "hf")
+        runs = {name: ((), {})}
+        if name == SKIPPED:
+            skip = [i for i, kind in enumerate(model.layer_kinds) if kind == "simple"]
+            runs[f"{name}-skip"] = (skip, {"skip_layers": skip})
+        batch = _batch(model.config)
+        for run, (skip, kwargs) in runs.items():
+            model.skip_layers = skip
+            with torch.no_grad():
+                ours[run] = {"logits": model(**batch)["logits"], "mask": batch["attention_mask"].bool()}
+            job[run] = {"dir": str(root / name / "hf"), "kwargs": kwargs,
+                        "batch": {k: v.tolist() for k, v in batch.items()}}
+    theirs = run_fresh(LOAD, root, job)
+    return {run: (ours[run], theirs[run]) for run in job}, root
+
+
+@pytest.mark.parametrize("name", sorted(REMOTE_VARIANTS) + [f"{SKIPPED}-skip"])
+def test_transformers_computes_leanlms_logits_with_the_exported_code(round_trips, name):
+    ours, theirs = round_trips[0][name]
+    logits = torch.tensor(theirs["logits"])
+    assert logits.shape == ours["logits"].shape  # the real vocabulary: padded rows stayed behind
+    torch.testing.assert_close(logits[ours["mask"]], ours["logits"][ours["mask"]], atol=ATOL, rtol=1e-4)
+    assert (theirs["class"], theirs["module"]) == ("LeanQwenForCausalLM", "modeling_leanlm_qwen")
+
+
+def test_skipping_the_simple_layers_changes_the_logits(round_trips):
+    # the skip test above compares something: leaving the simple layers out is another model
+    full, skipped = (torch.tensor(round_trips[0][run][1]["logits"]) for run in (SKIPPED, f"{SKIPPED}-skip"))
+    assert (full - skipped).abs().max() > 1e-2
+
+
+def test_the_export_ships_the_repositorys_templates_and_points_auto_map_at_them(round_trips):
+    root = round_trips[1]
+    for name in REMOTE_VARIANTS:
+        out = root / name / "hf"
+        config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        assert config["auto_map"] == {"AutoConfig": "configuration_leanlm.LeanLMConfig",
+                                      "AutoModelForCausalLM": "modeling_leanlm_qwen.LeanQwenForCausalLM"}
+        for code in ("configuration_leanlm.py", "modeling_leanlm_qwen.py"):
+            assert (out / code).read_text(encoding="utf-8") == (TEMPLATES / code).read_text(encoding="utf-8")
+        assert (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("template", sorted(p.name for p in TEMPLATES.glob("*.py")
+                                            if p.name.startswith(("configuration_", "modeling_"))))
+def test_a_template_imports_only_torch_transformers_and_its_sibling_templates(template):
+    tree = ast.parse((TEMPLATES / template).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots = {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: another template, copied beside it
+                assert (TEMPLATES / f"{node.module}.py").is_file(), (template, node.module)
+                continue
+            roots = {node.module.split(".")[0]}
+        else:
+            continue
+        assert roots <= {"math", "torch", "transformers"}, (template, roots)
+
+
+def test_a_mixer_the_template_does_not_implement_is_refused(tmp_path, monkeypatch):
+    from export_cases import end_of_text_bpe
+    from leanlm.export import export_hf
+    from leanlm.export.remote import modeling_leanlm_qwen
+
+    fields = REMOTE_VARIANTS["qwen-approximate-uniform"][0]
+    save_run(tmp_path / "ckpt", fields, "causal_lm", end_of_text_bpe())
+    monkeypatch.delitem(modeling_leanlm_qwen.MIXERS, "approximate")
+    with pytest.raises(ConfigError, match="attention='approximate' cannot be exported to transformers' "
+                                          "LeanQwenForCausalLM: modeling_leanlm_qwen.py implements"):
+        export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_the_standard_decoder_still_exports_to_the_stock_class(tmp_path):
+    from export_cases import VARIANTS, end_of_text_bpe
+    from leanlm.export import export_hf
+
+    save_run(tmp_path / "ckpt", VARIANTS["qwen-standard"][0], "causal_lm", end_of_text_bpe())
+    export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text(encoding="utf-8"))
+    assert config["architectures"] == ["Qwen2ForCausalLM"] and "auto_map" not in config
+    assert not list((tmp_path / "hf").glob("*.py"))

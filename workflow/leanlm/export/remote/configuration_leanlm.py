@@ -1,0 +1,18 @@
+"""The configuration of a leanlm model exported with its own modeling code (``trust_remote_code``).
+
+This file is copied verbatim into every such export (``leanlm export-hf``) and must import nothing but
+``transformers``: the export loads where leanlm is not installed. ``config.json`` holds leanlm's model
+fields under leanlm's names (``backbone``, ``d_model``, ``n_heads``, ``attention``, ...) plus what the
+export computed from them (``layer_kinds`` of a ch. 4 decoder, ``mlp_mixer_width``); the modeling file
+reads them by those names. ``hidden_size`` and friends are aliases for the tools that look for them.
+"""
+
+from transformers import PretrainedConfig
+
+
+class LeanLMConfig(PretrainedConfig):
+    """Every field of the export's ``config.json`` becomes an attribute (transformers keeps unknown keys)."""
+
+    model_type = "leanlm"
+    attribute_map = {"hidden_size": "d_model", "num_hidden_layers": "n_layers",
+                     "num_attention_heads": "n_heads", "max_position_embeddings": "max_position"}
