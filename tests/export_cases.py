@@ -18,6 +18,7 @@ from leanlm.data.tokenizer import train_wordpiece
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model
+from leanlm.modeling.attention import ATTENTION
 from leanlm.modeling.mixers import MIXERS
 from leanlm.routes.fixed_text import needs_fixed_text
 from leanlm.training.run_tokenizer import save_run_tokenizer
@@ -75,6 +76,25 @@ REMOTE_VARIANTS.update({
                                                n_layers=3), "causal_lm", end_of_text_bpe),
     "qwen-static_emb_qk-tied-odd": (dict(QWEN, attention="static_emb_qk", layout="odd"), "causal_lm",
                                     end_of_text_bpe),
+})
+# Ch. 3: each attention variant of the registry other than MHA in the BERT encoder (MLM) and the GPT-2 decoder
+# (all but FNet, which has no causal form), the classifiers, and what stock BERT cannot number.
+GPT2 = dict(backbone="gpt2", type_vocab_size=0)
+for name in ATTENTION.names():
+    options = {"n_kv_heads": 2} if "n_kv_heads" in ATTENTION.get(name).options else {}
+    if name != "mha":
+        REMOTE_VARIANTS[f"bert-{name}-mlm"] = (dict(backbone="bert", attention=name, **options), "mlm", wordpiece)
+    if name not in ("mha", "fnet"):
+        REMOTE_VARIANTS[f"gpt2-{name}-causal_lm"] = (dict(GPT2, attention=name, **options), "causal_lm",
+                                                     end_of_text_bpe)
+REMOTE_VARIANTS.update({
+    "bert-mhe_mul-classification": (dict(backbone="bert", attention="mhe_mul"), "classification", wordpiece),
+    "bert-linear-classification": (dict(backbone="bert", attention="linear"), "classification", wordpiece),
+    "gpt2-mhe_add-classification": (dict(GPT2, attention="mhe_add"), "classification", end_of_text_bpe),
+    "gpt2-sha-causal_lm-untied": (dict(GPT2, attention="sha", tie_word_embeddings=False), "causal_lm",
+                                  end_of_text_bpe),
+    "bert-mha-sinusoidal-offset-no_types": (dict(backbone="bert", positions="sinusoidal", position_offset=2,
+                                                 type_vocab_size=0, max_position=34), "mlm", wordpiece),
 })
 HF_CLASSES = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
               "causal_lm": "AutoModelForCausalLM"}

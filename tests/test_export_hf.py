@@ -44,12 +44,8 @@ def test_a_hash_embedding_model_is_refused_and_nothing_is_written(tmp_path, head
 
 
 @pytest.mark.parametrize("fields, head, says", [
-    (dict(backbone="bert", attention="mhe_mul"), "mlm", "attention='mhe_mul' cannot be exported"),
-    (dict(backbone="bert", positions="sinusoidal"), "mlm", "positions='sinusoidal' cannot be exported"),
-    (dict(backbone="bert", position_offset=2), "mlm", "position_offset=2 cannot be exported"),
     (dict(backbone="bert"), "shuffle_random", "'shuffle_random' model of backbone 'bert' has no stock"),
     (dict(backbone="bert"), "qa", "'qa' model of backbone 'bert' has no stock"),
-    (dict(backbone="gpt2", type_vocab_size=0, attention="mhe_mul"), "causal_lm", "attention='mhe_mul'"),
     (dict(backbone="transformer", n_decoder_layers=2), "seq2seq", "backbone='transformer' cannot be exported"),
 ])
 def test_what_transformers_cannot_express_is_refused_by_field(tmp_path, fields, head, says):

@@ -12,13 +12,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from export_cases import REMOTE_VARIANTS, run_fresh, save_run
+from export_cases import HF_CLASSES, REMOTE_VARIANTS, run_fresh, save_run
 from leanlm.errors import ConfigError
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "workflow" / "leanlm" / "export" / "remote"
 ATOL = 1e-5  # fp32 on the CPU: float rounding only (direct vs linear-time forms of the mixers)
 # Table 4.1's HYBRID SKIP: a trained hybrid evaluated without its simple layers (0-based odd-numbered ones).
 SKIPPED = "qwen-approximate-hybrid"
+MODELING = {"qwen": "modeling_leanlm_qwen", "bert": "modeling_leanlm_ch3", "gpt2": "modeling_leanlm_ch3"}
+CLASSES = {("qwen", "causal_lm"): "LeanQwenForCausalLM", ("bert", "mlm"): "LeanBertForMaskedLM",
+           ("bert", "classification"): "LeanBertForSequenceClassification",
+           ("gpt2", "causal_lm"): "LeanGPT2ForCausalLM",
+           ("gpt2", "classification"): "LeanGPT2ForSequenceClassification"}
+CONFIGS = {"qwen": "LeanQwenConfig", "bert": "LeanBertConfig", "gpt2": "LeanGPT2Config"}
 
 LOAD = """
 import json, sys
@@ -27,8 +33,8 @@ import transformers
 job = json.loads(sys.argv[1])
 out = {}
 for name, spec in job.items():
-    model = transformers.AutoModelForCausalLM.from_pretrained(spec["dir"], trust_remote_code=True,
-                                                              **spec["kwargs"]).eval()
+    auto = getattr(transformers, spec["auto"])
+    model = auto.from_pretrained(spec["dir"], trust_remote_code=True, **spec["kwargs"]).eval()
     batch = {k: torch.tensor(v) for k, v in spec["batch"].items()}
     with torch.no_grad():
         logits = model(**batch).logits
@@ -40,10 +46,14 @@ print(json.dumps(out))
 
 def _batch(config):
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(1, config.vocab_size, (3, 10), generator=g)
+    ids = torch.randint(0, config.vocab_size, (3, 10), generator=g)
+    ids[ids == config.pad_token_id] = config.pad_token_id + 1
     mask = torch.ones_like(ids)
     ids[2, 7:], mask[2, 7:] = config.pad_token_id, 0  # right padding, as leanlm pads
-    return {"input_ids": ids, "attention_mask": mask}
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if config.backbone == "bert" and config.type_vocab_size:
+        batch["token_type_ids"] = (torch.arange(10) >= 5).long().expand(3, 10).contiguous()
+    return batch
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +75,9 @@ def round_trips(tmp_path_factory):
         for run, (skip, kwargs) in runs.items():
             model.skip_layers = skip
             with torch.no_grad():
-                ours[run] = {"logits": model(**batch)["logits"], "mask": batch["attention_mask"].bool()}
-            job[run] = {"dir": str(root / name / "hf"), "kwargs": kwargs,
+                ours[run] = {"logits": model(**batch)["logits"], "mask": batch["attention_mask"].bool(),
+                             "head": head, "backbone": fields["backbone"]}
+            job[run] = {"dir": str(root / name / "hf"), "kwargs": kwargs, "auto": HF_CLASSES[head],
                         "batch": {k: v.tolist() for k, v in batch.items()}}
     theirs = run_fresh(LOAD, root, job)
     return {run: (ours[run], theirs[run]) for run in job}, root
@@ -77,8 +88,12 @@ def test_transformers_computes_leanlms_logits_with_the_exported_code(round_trips
     ours, theirs = round_trips[0][name]
     logits = torch.tensor(theirs["logits"])
     assert logits.shape == ours["logits"].shape  # the real vocabulary: padded rows stayed behind
-    torch.testing.assert_close(logits[ours["mask"]], ours["logits"][ours["mask"]], atol=ATOL, rtol=1e-4)
-    assert (theirs["class"], theirs["module"]) == ("LeanQwenForCausalLM", "modeling_leanlm_qwen")
+    if ours["head"] == "classification":
+        torch.testing.assert_close(logits, ours["logits"], atol=ATOL, rtol=1e-4)
+    else:  # per token: padded positions of a row are nobody's output
+        torch.testing.assert_close(logits[ours["mask"]], ours["logits"][ours["mask"]], atol=ATOL, rtol=1e-4)
+    assert theirs["class"] == CLASSES[ours["backbone"], ours["head"]]
+    assert theirs["module"] == MODELING[ours["backbone"]]
 
 
 def test_skipping_the_simple_layers_changes_the_logits(round_trips):
@@ -89,12 +104,13 @@ def test_skipping_the_simple_layers_changes_the_logits(round_trips):
 
 def test_the_export_ships_the_repositorys_templates_and_points_auto_map_at_them(round_trips):
     root = round_trips[1]
-    for name in REMOTE_VARIANTS:
-        out = root / name / "hf"
+    for name, (fields, head, _) in REMOTE_VARIANTS.items():
+        out, backbone = root / name / "hf", fields["backbone"]
         config = json.loads((out / "config.json").read_text(encoding="utf-8"))
-        assert config["auto_map"] == {"AutoConfig": "configuration_leanlm.LeanLMConfig",
-                                      "AutoModelForCausalLM": "modeling_leanlm_qwen.LeanQwenForCausalLM"}
-        for code in ("configuration_leanlm.py", "modeling_leanlm_qwen.py"):
+        assert config["auto_map"] == {"AutoConfig": f"configuration_leanlm.{CONFIGS[backbone]}",
+                                      HF_CLASSES[head]: f"{MODELING[backbone]}.{CLASSES[backbone, head]}"}
+        assert config["model_type"] == f"leanlm_{backbone}"
+        for code in ("configuration_leanlm.py", f"{MODELING[backbone]}.py"):
             assert (out / code).read_text(encoding="utf-8") == (TEMPLATES / code).read_text(encoding="utf-8")
         assert (out / "tokenizer.json").is_file()
 

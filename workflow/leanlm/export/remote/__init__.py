@@ -11,9 +11,10 @@ field is classified as for the stock classes). docs/export.md says which variant
 
 from __future__ import annotations
 
+from leanlm.export.remote.ch3 import LEANLM_BERT, LEANLM_GPT2
 from leanlm.export.remote.qwen import LEANLM_QWEN
 from leanlm.modeling.hf_layout.fields import Target
 
-REMOTE_TARGETS: dict[str, Target] = {t.backbone: t for t in (LEANLM_QWEN,)}
+REMOTE_TARGETS: dict[str, Target] = {t.backbone: t for t in (LEANLM_BERT, LEANLM_GPT2, LEANLM_QWEN)}
 
 __all__ = ["REMOTE_TARGETS"]

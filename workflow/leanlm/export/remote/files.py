@@ -4,16 +4,36 @@ torch and transformers, copied verbatim beside the weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
+from typing import Any
 
 TEMPLATES = Path(__file__).resolve().parent
-CONFIG_CLASS = "configuration_leanlm.LeanLMConfig"
+CONFIG_FILE = "configuration_leanlm.py"
+# The configuration class of each backbone (one per backbone: transformers' Auto registry needs it so).
+CONFIG_CLASSES = {"bert": "LeanBertConfig", "gpt2": "LeanGPT2Config", "qwen": "LeanQwenConfig"}
+# The Auto class that loads each leanlm head (checkpoint kind).
+AUTO_CLASSES = {"causal_lm": "AutoModelForCausalLM", "mlm": "AutoModelForMaskedLM",
+                "classification": "AutoModelForSequenceClassification"}
 
 
-def auto_map(models: dict[str, str]) -> dict[str, str]:
+def auto_map(backbone: str, models: dict[str, str]) -> dict[str, str]:
     """config.json's ``auto_map``: which file and class each ``Auto*`` class loads."""
-    return {"AutoConfig": CONFIG_CLASS, **models}
+    return {"AutoConfig": f"{CONFIG_FILE[:-3]}.{CONFIG_CLASSES[backbone]}", **models}
+
+
+def leanlm_fields(config, kind: str, modeling: str, cls: str, num_labels: int | None = None) -> dict[str, Any]:
+    """config.json of a self-contained export: every leanlm model field under its own name, the class,
+    ``auto_map`` pointing the head's Auto class at ``modeling.cls``, and a classifier's labels."""
+    fields = {**dataclasses.asdict(config), "model_type": f"leanlm_{config.backbone}", "architectures": [cls],
+              "auto_map": auto_map(config.backbone, {AUTO_CLASSES[kind]: f"{modeling}.{cls}"})}
+    if num_labels is not None:
+        fields["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+        fields["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+        if num_labels == 1:
+            fields["problem_type"] = "regression"
+    return fields
 
 
 def copy_code(names: tuple[str, ...], out: Path) -> None:

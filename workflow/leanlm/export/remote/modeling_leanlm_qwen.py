@@ -21,7 +21,7 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
-from .configuration_leanlm import LeanLMConfig
+from .configuration_leanlm import LeanQwenConfig
 
 
 class RMSNorm(nn.Module):
@@ -243,7 +243,7 @@ class Block(nn.Module):
 
 
 class LeanQwenPreTrainedModel(PreTrainedModel):
-    config_class = LeanLMConfig
+    config_class = LeanQwenConfig
     base_model_prefix = "model"
     _no_split_modules = ["Block"]
 

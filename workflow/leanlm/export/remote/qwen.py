@@ -10,14 +10,13 @@ leanlm's names (Qwen2's), with the fixed sequence of RndEmbQK / FixedSeqQK as a 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 from torch import nn
 
 from leanlm.errors import ConfigError
-from leanlm.export.remote.files import CONFIG_CLASS, auto_map
+from leanlm.export.remote.files import CONFIG_FILE, leanlm_fields
 from leanlm.modeling.checkpoint import model_kind
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hf_layout.fields import Rule, Target, check_fields
@@ -46,9 +45,7 @@ def hf_leanlm_qwen(model: nn.Module, where: str = "model") -> tuple[dict[str, An
         raise ConfigError(f"{where}: FixedSeqQK's fixed text is not set (model.set_fixed_sequence), so the "
                           f"model has no queries and keys to export; nothing was written")
     widths = {layer.self_attn.width for layer in backbone.layers if hasattr(layer.self_attn, "width")}
-    fields = {**dataclasses.asdict(config), "model_type": "leanlm", "architectures": [cls],
-              "auto_map": auto_map({"AutoModelForCausalLM": f"{MODELING}.{CLASS}"}),
-              "kv_heads": config.kv_heads, "layer_kinds": list(model.layer_kinds),
+    fields = {**leanlm_fields(config, "causal_lm", MODELING, cls), "kv_heads": config.kv_heads, "layer_kinds": list(model.layer_kinds),
               "simple_mixer": simple_mixer_name(config), "qk_stream": backbone.qk_stream,
               "mlp_mixer_width": widths.pop() if widths else None,
               "skip_layers": sorted(model.skip_layers), "use_cache": False}
@@ -69,5 +66,5 @@ LEANLM_QWEN = Target(
             "attention": Rule(lambda v, _c: ("standard" if v == "mha" else v) in _template_mixers(),
                               f"{MODELING}.py implements the ch. 4 mixers in its MIXERS table only")},
     build=hf_leanlm_qwen,
-    code=(f"{CONFIG_CLASS.split('.')[0]}.py", f"{MODELING}.py"),
+    code=(CONFIG_FILE, f"{MODELING}.py"),
 )
