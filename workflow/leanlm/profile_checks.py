@@ -214,6 +214,7 @@ def check_combinations(config: dict, path: Path) -> None:
                 raise ConfigError(f"{where}: run {run_name!r} evaluates {target!r}, which is no run of this "
                                   f"experiment or profile")
     _check_pretrain_data(config, path)
+    _check_family_tasks(config, path)  # before the variants, which may keep some of them
     _check_variants(config, path)
     for run in runs(config):
         m = run.model
@@ -236,9 +237,13 @@ def check_combinations(config: dict, path: Path) -> None:
                 f"d_model = {m['d_model']} (the thesis sets d_m = n d_h, Table 3.4)"
             )
     _check_evaluated_runs(config, path)
-    for family, settings in config["finetune"].items():
-        from leanlm.data.tasks import get_task
 
+
+def _check_family_tasks(config: dict, path: Path) -> None:
+    """Every task a family's block names is a task of that family (params/tasks/<family>.yaml)."""
+    from leanlm.data.tasks import get_task
+
+    for family, settings in config["finetune"].items():
         for task in settings["tasks"]:
             try:
                 spec = get_task(task)
