@@ -23,6 +23,7 @@ from leanlm.modeling.encoder import BertEncoder
 from leanlm.modeling.projection_embeddings import BERT_HASH_SIZES
 from leanlm.reporting.aggregate import COLUMNS, load
 from leanlm.reporting.ch2.card import mismatched_split
+from leanlm.reporting.ch2.results import finetune_variant, glue_settings
 from leanlm.reporting.render import TABLES, write_table
 from leanlm.reporting.reported import load_reported, parse_count
 from leanlm.runs import finetune_seeds, finetune_settings, pretrain_settings, runs
@@ -57,6 +58,14 @@ def test_the_experiment_runs_in_every_profile_on_the_cards_three_tasks(profiles,
         assert (run.model["n_layers"], run.model["n_heads"]) == (2, 2)  # bert-tiny's depth and heads, scaled widths
     # The ch. 2 experiments' own GLUE block keeps its eight tasks.
     assert len(config["finetune"]["glue"]["tasks"]) == 8
+
+
+def test_chapter_2s_own_tables_keep_table_2_5s_variant(profiles):
+    # The card's experiment first in the matrix: Tables 2.1-2.6 still read glue_ch2, not the card's settings.
+    config = copy.deepcopy(profiles["paper"])
+    config["_matrix"] = {EXPERIMENT: config["_matrix"][EXPERIMENT],
+                         **{k: v for k, v in config["_matrix"].items() if k != EXPERIMENT}}
+    assert finetune_variant(config) == "glue_ch2" and glue_settings(config)["epochs"] == 5
 
 
 def test_paper_fine_tunes_with_the_cards_run_glue_settings(profiles):
