@@ -83,9 +83,18 @@ def test_config_errors_name_the_problem(scratch_root):
         load_config("params/smoke.yaml")
     edit_yaml(ch2, lambda d: d["ch2_hashformers"]["runs"]["md5_proj"].update(tokenizer="hash"))
     _load_matrix_cached.cache_clear()
-    edit_yaml(smoke, lambda d: d["finetune_variants"]["glue_ch2"].update(tasks=["rte"]))
-    with pytest.raises(ConfigError, match="finetune_variants.glue_ch2.tasks is not allowed"):
+    # A variant may keep some of its family's tasks (the data stage prepares them all), never add one.
+    edit_yaml(smoke, lambda d: d["finetune_variants"]["glue_ch2"].update(tasks=["rte", "squad_v1"]))
+    with pytest.raises(ConfigError, match="finetune_variants.glue_ch2.tasks.*squad_v1.*not in finetune.glue"):
         load_config("params/smoke.yaml")
+    edit_yaml(smoke, lambda d: d["finetune_variants"]["glue_ch2"].update(tasks=[]))
+    with pytest.raises(ConfigError, match="finetune_variants.glue_ch2.tasks"):
+        load_config("params/smoke.yaml")
+    edit_yaml(smoke, lambda d: d["finetune_variants"]["glue_ch2"].update(tasks=["sst2", "rte"]))
+    config = load_config("params/smoke.yaml")
+    run = next(r for r in runs(config) if r.run_id == "ch2_hashformers-md5_proj")
+    assert finetune_settings(config, run, "glue")["tasks"] == ["sst2", "rte"]
+    assert config["finetune"]["glue"]["tasks"][:2] == ["mnli", "qnli"]  # the family's own block is untouched
     edit_yaml(smoke, lambda d: d["finetune_variants"].update(glue_ch2={"epochs": 0}))
     with pytest.raises(ConfigError, match="glue_ch2.*epochs"):
         load_config("params/smoke.yaml")

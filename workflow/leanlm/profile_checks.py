@@ -214,6 +214,7 @@ def check_combinations(config: dict, path: Path) -> None:
                 raise ConfigError(f"{where}: run {run_name!r} evaluates {target!r}, which is no run of this "
                                   f"experiment or profile")
     _check_pretrain_data(config, path)
+    _check_family_tasks(config, path)  # before the variants, which may keep some of them
     _check_variants(config, path)
     for run in runs(config):
         m = run.model
@@ -236,9 +237,13 @@ def check_combinations(config: dict, path: Path) -> None:
                 f"d_model = {m['d_model']} (the thesis sets d_m = n d_h, Table 3.4)"
             )
     _check_evaluated_runs(config, path)
-    for family, settings in config["finetune"].items():
-        from leanlm.data.tasks import get_task
 
+
+def _check_family_tasks(config: dict, path: Path) -> None:
+    """Every task a family's block names is a task of that family (params/tasks/<family>.yaml)."""
+    from leanlm.data.tasks import get_task
+
+    for family, settings in config["finetune"].items():
         for task in settings["tasks"]:
             try:
                 spec = get_task(task)
@@ -347,6 +352,22 @@ def _check_pretrain_data(config: dict, path: Path) -> None:
 
 
 
+def _check_variant_tasks(config: dict, path: Path, name: str, tasks) -> None:
+    """A variant's ``tasks`` keep some of its family's tasks (the card's MNLI, MRPC and SST-2 of GLUE): the
+    data stage prepares the family's tasks from the family's block, so a variant may read fewer, never others."""
+    families = [f for e in config["_matrix"].values() for f, v in e.get("finetune_variants", {}).items() if v == name]
+    if not (isinstance(tasks, list) and tasks and all(isinstance(t, str) for t in tasks)
+            and len(set(tasks)) == len(tasks)):
+        raise ConfigError(f"{path}: key finetune_variants.{name}.tasks = {tasks!r} must be a non-empty list of "
+                          f"distinct task names of its family")
+    for family in families:
+        outside = [t for t in tasks if t not in config["finetune"].get(family, {}).get("tasks", [])]
+        if outside:
+            raise ConfigError(f"{path}: key finetune_variants.{name}.tasks names {', '.join(outside)}, which is "
+                              f"not in finetune.{family}.tasks: a variant keeps some of its family's tasks "
+                              f"(the data stage prepares those), it cannot add one")
+
+
 def _check_variants(config: dict, path: Path) -> None:
     """Validate every block a run trains with after its variant is laid over it, against the same
     schema definition as the profile's own blocks (so a variant cannot set what a block cannot)."""
@@ -354,8 +375,7 @@ def _check_variants(config: dict, path: Path) -> None:
     for name in config.get("finetune_variants", {}):
         variant = config["finetune_variants"][name]
         if "tasks" in variant:
-            raise ConfigError(f"{path}: key finetune_variants.{name}.tasks is not allowed: a variant keeps "
-                              f"its family's tasks (the data stage prepares those)")
+            _check_variant_tasks(config, path, name, variant["tasks"])
         seeds = variant.get("seeds", [0])
         if not (isinstance(seeds, list) and seeds and all(isinstance(x, int) and x >= 0 for x in seeds)):
             raise ConfigError(f"{path}: key finetune_variants.{name}.seeds = {seeds!r} must be a non-empty "

@@ -227,7 +227,8 @@ def finetune_settings(config: dict, run: Run, family: str) -> dict:
     """The profile's finetune.<family> block with the variant the run's experiment picks for that
     family laid over it (``finetune_variants: {glue: glue_ch2}`` -> Table 2.5's 5 epochs and 3
     seeds instead of Table 3.12's). A variant may set ``seeds``, which replace the profile's
-    ``seeds`` for these jobs; it cannot change the family's tasks (the data stage prepares those)."""
+    ``seeds`` for these jobs, and ``tasks``: some of the family's tasks (the data stage prepares the
+    family's; the BERT-Hash card's experiment reads MNLI, MRPC and SST-2), never another."""
     variant = run.finetune_variants.get(family)
     return {**config["finetune"][family], **(config.get("finetune_variants", {})[variant] if variant else {})}
 

@@ -142,11 +142,13 @@ def require_named(selected: Sequence[Run], name: str, table: str, experiment: st
 
 # ----------------------------------------------------------------------------- fine-tuning settings
 def finetune_variant(config: dict) -> str:
-    """The profile's finetune_variants block the ch. 2 experiments lay over finetune.glue ("" if none)."""
-    for experiment in config.get("_matrix", {}).values():
-        if experiment.get("chapter") != 2:
+    """The profile's finetune_variants block the thesis's ch. 2 experiments lay over finetune.glue ("" if
+    none); not ch2_bert_hash_card's, which fine-tunes with the BERT-Hash card's settings, not Table 2.5's."""
+    matrix = config.get("_matrix", {})
+    for name in (MAIN, SUBWORD, RELATED):
+        if name not in matrix:
             continue
-        variant = (experiment.get("finetune_variants") or {}).get(FAMILY)
+        variant = (matrix[name].get("finetune_variants") or {}).get(FAMILY)
         if variant:
             return variant
     return ""
