@@ -160,7 +160,10 @@ def build_case(config: dict, run_id: str, speed: dict, device: torch.device, see
 
 
 def _output_head(case: Case) -> nn.Module:
-    return case.model.decoder if case.objective == "mlm" else case.model.classifier
+    """The head's transform (dense, GELU, LayerNorm): it runs on exactly the rows the output projection
+    gets (MLM's vocabulary, S+R's 3 classes), and is a module call in both MLM heads (the masked-positions
+    head hands the vocabulary matrix to a chunked loss instead of calling the decoder)."""
+    return case.model.transform
 
 
 def _step(case: Case, batch: dict, device: torch.device, dtype: torch.dtype | None) -> None:
