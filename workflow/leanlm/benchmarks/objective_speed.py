@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from leanlm.benchmarks.hashing import pseudo_words
-from leanlm.benchmarks.pretraining import SPECIAL_IDS
+from leanlm.hashing.words import SPECIAL_TOKENS
 from leanlm.budget import run_model_config
 from leanlm.errors import ConfigError
 from leanlm.hashing.codebook import HashCodebook
@@ -50,10 +50,9 @@ from leanlm.modeling.hash_features import embedding_features
 from leanlm.modeling.lm_loss import IGNORE_INDEX
 from leanlm.modeling.models import build_model
 from leanlm.modeling.vocab import real_logits
-from leanlm.objectives.shuffle_random import ShuffleRandomBatches
+from leanlm.plugins import OBJECTIVES
 from leanlm.reporting.pretraining_speed import MLM_HEADS, speed_settings, speed_runs
 from leanlm.runs import get_run, pretrain_settings
-from leanlm.stages.pretrain import MLMBatches
 from leanlm.training.optimizer import adamw
 from leanlm.training.precision import autocast_to
 
@@ -107,26 +106,36 @@ def _codebook(model_config) -> tuple[HashCodebook, list[int]]:
     return codebook, ids
 
 
+class IdsOnly:
+    """The two things an objective's batch builder asks of a tokenizer: the special tokens' ids (0-4, BERT's
+    names in a codebook's order: [PAD] [UNK] [CLS] [SEP] [MASK]) and the vocabulary's size."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def token_to_id(self, token: str) -> int | None:
+        return SPECIAL_TOKENS.index(token) if token in SPECIAL_TOKENS else None
+
+    def get_vocab_size(self, with_added_tokens: bool = True) -> int:
+        return self.vocab_size
+
+
 def _batches(run, model_config, settings: dict, speed: dict, generator: torch.Generator) -> list[dict]:
-    """``speed['steps']`` batches of the run's objective from random token rows, hash features added."""
+    """``speed['steps']`` batches of the run's objective (its own batch builder, :data:`leanlm.plugins.OBJECTIVES`)
+    from random token rows at the speed batch size, hash features added."""
     n, seq_len, batch_size = speed["steps"], speed["seq_len"], speed["batch_size"]
     names = embedding_features(model_config)
+    special = len(SPECIAL_TOKENS)
     if names:
         codebook, ids = _codebook(model_config)
-        special, vocab = list(range(codebook.n_special)), len(codebook)
-        pick = torch.randint(len(ids), (n * batch_size, seq_len), generator=generator)
-        rows = torch.tensor(ids)[pick]
+        vocab = len(codebook)
+        rows = torch.tensor(ids)[torch.randint(len(ids), (n * batch_size, seq_len), generator=generator)]
     else:
-        special, vocab = list(range(SPECIAL_IDS)), model_config.vocab_size
-        rows = torch.randint(SPECIAL_IDS, vocab, (n * batch_size, seq_len), generator=generator)
-    rows[:, 0], rows[:, -1] = 2, 3  # [CLS] ... [SEP], as packed rows are
-    if run.objective == "mlm":
-        source = MLMBatches(rows, special, mask_id=SPECIAL_IDS - 1, vocab_size=vocab, batch_size=batch_size,
-                            grad_accum=1, mask_prob=settings.get("mask_prob", 0.15), seed=0)
-    else:
-        source = ShuffleRandomBatches(rows, special, vocab, batch_size, 1, settings.get("shuffle_prob", 0.1),
-                                      settings.get("random_prob", 0.1), seed=0,
-                                      corruption=settings.get("corruption", "thesis"))
+        vocab = model_config.vocab_size
+        rows = torch.randint(special, vocab, (n * batch_size, seq_len), generator=generator)
+    rows[:, 0], rows[:, -1] = SPECIAL_TOKENS.index("[CLS]"), SPECIAL_TOKENS.index("[SEP]")  # as packed rows are
+    source = OBJECTIVES.get(run.objective)().batches({**settings, "batch_size": batch_size, "grad_accum": 1},
+                                                     IdsOnly(vocab), rows, 0)
     out = []
     for step in range(n):
         batch = source(step, 0)
