@@ -3,7 +3,8 @@ HashFormers (Table 2.3's PT columns; the claims of §2.5.3), one job of the pipe
 ``pretraining_speed``, results/<profile>/speed/ch2_hashformers.json).
 
 What is timed: one training step of each pretrained run of ``ch2_hashformers`` at the profile's model size
-and vocabulary (forward, loss, backward, gradient clipping, AdamW), on batches built beforehand from random
+and vocabulary, with its objective's head (S+R's ``pretrain.shuffle_random.head`` included): forward, loss,
+backward, gradient clipping, AdamW, on batches built beforehand from random
 token ids with the run's own corruption (MLM's masking, Shuffle+Random's, a HashFormer's hash features
 gathered from a codebook of pseudo-words), so the clock holds the objective and the model and nothing of
 the host's batch building or the machine's other jobs. Every model steps on the same batch size and
@@ -120,9 +121,9 @@ class IdsOnly:
         return self.vocab_size
 
 
-def _batches(run, model_config, settings: dict, speed: dict, generator: torch.Generator) -> list[dict]:
-    """``speed['steps']`` batches of the run's objective (its own batch builder, :data:`leanlm.plugins.OBJECTIVES`)
-    from random token rows at the speed batch size, hash features added."""
+def _batches(objective, model_config, settings: dict, speed: dict, generator: torch.Generator) -> list[dict]:
+    """``speed['steps']`` batches of the run's ``objective`` (its own batch builder) from random token rows at
+    the speed batch size, hash features added."""
     n, seq_len, batch_size = speed["steps"], speed["seq_len"], speed["batch_size"]
     names = embedding_features(model_config)
     special = len(SPECIAL_TOKENS)
@@ -134,8 +135,7 @@ def _batches(run, model_config, settings: dict, speed: dict, generator: torch.Ge
         vocab = model_config.vocab_size
         rows = torch.randint(special, vocab, (n * batch_size, seq_len), generator=generator)
     rows[:, 0], rows[:, -1] = SPECIAL_TOKENS.index("[CLS]"), SPECIAL_TOKENS.index("[SEP]")  # as packed rows are
-    source = OBJECTIVES.get(run.objective)().batches({**settings, "batch_size": batch_size, "grad_accum": 1},
-                                                     IdsOnly(vocab), rows, 0)
+    source = objective.batches({**settings, "batch_size": batch_size, "grad_accum": 1}, IdsOnly(vocab), rows, 0)
     out = []
     for step in range(n):
         batch = source(step, 0)
@@ -153,11 +153,13 @@ def build_case(config: dict, run_id: str, speed: dict, device: torch.device, see
     if speed["seq_len"] > model_config.max_position:
         raise ConfigError(f"{config.get('_params_file')}: speed.seq_len={speed['seq_len']} exceeds run {run_id}'s "
                           f"{model_config.max_position} positions")
+    objective = OBJECTIVES.get(run.objective)()  # the run's objective (leanlm.plugins): batches and head
     generator = torch.Generator().manual_seed(seed)
-    batches = [{k: v.to(device) for k, v in b.items()} for b in _batches(run, model_config, settings, speed, generator)]
+    batches = [{k: v.to(device) for k, v in b.items()}
+               for b in _batches(objective, model_config, settings, speed, generator)]
     torch.manual_seed(seed)
     with torch.device(device):
-        model = build_model(model_config, run.objective)
+        model = build_model(model_config, objective.head, **objective.head_options(settings))
     model.train()
     optimizer = adamw(model, SimpleNamespace(lr=settings["lr"], adam_betas=tuple(settings.get("adam_betas", (0.9, 0.999))),
                                              adam_eps=settings.get("adam_eps", 1e-8),
