@@ -24,9 +24,10 @@ setup:
 # The profile is validated first: Snakemake reads the --configfile itself before the Snakefile runs, and for
 # a file that is not UTF-8 or not YAML its message names no file; `leanlm validate` names file and line.
 # SUBSET: one of the profile's named subsets (e.g. make reproduce PARAMS=params/signal.yaml SUBSET=cpu).
+# SNAKEMAKE_ARGS: more options, e.g. --logger-leanlm-verbose for every job's block (docs/running.md).
 reproduce: setup
 	$(MAKE) --no-print-directory validate
-	$(VENV)/bin/snakemake --cores $(CORES) --configfile '$(PARAMS)' $(if $(SUBSET),--config subset='$(SUBSET)')
+	$(VENV)/bin/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS) --configfile '$(PARAMS)' $(if $(SUBSET),--config subset='$(SUBSET)')
 
 validate:
 	$(VENV)/bin/leanlm validate --params '$(PARAMS)' $(if $(SUBSET),--subset '$(SUBSET)') > /dev/null

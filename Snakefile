@@ -6,13 +6,14 @@
 #   snakemake --cores 2 --configfile params/signal.yaml --config subset=cpu   # signal's CPU subset
 #   snakemake --profile workflow/profiles/slurm --configfile params/paper.yaml
 #
-# Snakemake itself loads profiles/default (all cores, greedy scheduler, printed commands) for every run here.
+# Snakemake itself loads profiles/default (all cores, greedy scheduler, leanlm's one-line-per-job terminal
+# output: workflow/snakemake_logger_plugin_leanlm) for every run here.
 # The profile file is validated (workflow/schemas/) before any job runs. Every rule runs a `leanlm`
 # command; every hyperparameter reaches a rule through `params:` (only the sub-dict it needs), so a
 # changed value reruns exactly the jobs that depend on it.
 #
 # Every job writes its whole output to logs/<profile>/<rule>/<wildcards>.log, and the heavy rules time
-# themselves into benchmarks/<profile>/... (Snakemake's `benchmark:`), so the terminal shows Snakemake's
+# themselves into benchmarks/<profile>/... (Snakemake's `benchmark:`), so the terminal shows the run's
 # progress only. At the end of a run benchmarks/<profile>/summary.md sums the benchmarks up and, after a
 # failure, the last lines of each failed job's log are printed (leanlm/run_summary.py).
 
