@@ -203,7 +203,7 @@ def test_a_run_and_a_failed_run_on_the_terminal(scratch_root):
     total = int(progress[0][1])
     assert [int(p[0]) for p in progress] == list(range(1, total + 1)), out
     assert {p[2].split()[0] for p in progress} == {"params_table", "hyperparameter_tables"}, progress
-    assert "rule params_table:" not in out and "localrule hyperparameter_tables:" not in out, out
+    assert not re.search(r"^(local)?rule \w+:$", out, re.M), out  # no job block
     assert len(out.splitlines()) < total + 15, out
     # the complete log keeps Snakemake's own output
     complete = max((root / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda p: p.stat().st_mtime)
@@ -217,5 +217,5 @@ def test_a_run_and_a_failed_run_on_the_terminal(scratch_root):
     assert "Error in rule params_table:" in out and f"    log: {log} (check log file(s) for error details)" in out
     assert f"leanlm: rule params_table (profile=smoke, table=table_3_11) failed; last 30 lines of its log {log}:" \
         in out
-    assert "ParserError" in out and "rule params_table:\n" not in out
+    assert "ParserError" in out and not re.search(r"^(local)?rule \w+:$", out, re.M), out  # no job block
     assert len(out.splitlines()) < 80, out
