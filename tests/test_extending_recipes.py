@@ -62,7 +62,8 @@ def project(tmp_path, monkeypatch):
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / "params", root / "params")
     shutil.copytree(ROOT / "profiles", root / "profiles")
-    for sub in ("rules", "schemas", "templates", "profiles", "leanlm"):
+    # snakemake_logger_plugin_leanlm: the terminal output profiles/default asks for (`logger: [leanlm]`)
+    for sub in ("rules", "schemas", "templates", "profiles", "leanlm", "snakemake_logger_plugin_leanlm"):
         shutil.copytree(ROOT / "workflow" / sub, root / "workflow" / sub, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setenv("LEANLM_ROOT", str(root))
     _load_matrix_cached.cache_clear()

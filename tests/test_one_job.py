@@ -38,7 +38,8 @@ def project(tmp_path_factory):
     for name in ("config", ".gitignore"):
         shutil.copy(ROOT / ".dvc" / name, root / ".dvc" / name)
     shutil.copytree(ROOT / "params", root / "params")
-    for sub in ("rules", "schemas", "templates", "profiles", "leanlm"):
+    # snakemake_logger_plugin_leanlm: the terminal output profiles/default asks for (`logger: [leanlm]`)
+    for sub in ("rules", "schemas", "templates", "profiles", "leanlm", "snakemake_logger_plugin_leanlm"):
         shutil.copytree(ROOT / "workflow" / sub, root / "workflow" / sub, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "profiles", root / "profiles")
     _tiny_profile(root / "params")

@@ -4,7 +4,7 @@ profiles/default turns on for every run here (``logger: [leanlm]``).
 A run of the smoke matrix is ~400 jobs; Snakemake's own output gives each a block of ~10 lines and lists the
 target rule's ~200 inputs twice. Here a run prints instead
 
-- one line per finished job: ``[ 37/400] pretrain ch4_uniform-mlp (2 running, 0 failed)``;
+- Snakemake's table of the jobs to run (per rule), then one line per finished job: ``[ 37/400] pretrain ch4_uniform-mlp (2 running, 0 failed)``;
 - a failed job's error block in full, as Snakemake prints it (its log's path and command);
 - warnings and errors, and Snakemake's other messages, except its per-job and per-round ones.
 
@@ -133,11 +133,10 @@ class LogHandler(LogHandlerBase):
             self.failed += 1
             self.running.discard(getattr(record, "jobid", None))
             self.snakemake.handle(record)  # in full: the rule, its log's path, its command
-        elif event == LogEvent.RUN_INFO:  # the job stats table: its total only
-            total = (getattr(record, "stats", None) or {}).get("total")
-            if total is not None:
-                self._write(f"{total} jobs to run; one line per finished job ({VERBOSE_HINT}: every job's block)",
-                            record)
+        elif event == LogEvent.RUN_INFO:  # the job stats table (jobs per rule: the run's plan), then what follows
+            self.snakemake.handle(record)
+            if getattr(record, "stats", None):
+                self._write(f"One line per finished job ({VERBOSE_HINT}: every job's block):", record)
         elif event in (LogEvent.JOB_STARTED, LogEvent.RESOURCES_INFO, LogEvent.WORKFLOW_STARTED,
                        LogEvent.GROUP_INFO):
             return
