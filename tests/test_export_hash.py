@@ -10,44 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from export_cases import HF_CLASSES, SIZES, TEXTS, run_fresh, trained_like, wordpiece
+from export_cases import HASH_VARIANTS, HF_CLASSES, PIECES, SIZES, TEXTS, WORDS, run_fresh, trained_like, wordpiece
 from leanlm.errors import ConfigError, DataError
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "workflow" / "leanlm" / "export" / "remote"
 # Words and pieces the codebooks never met, punctuation runs, special tokens inside the text, a pair.
 SINGLES = ["The cat sat on the mat.", "Unseen words: zyzzyva, quokka!! [MASK] and [UNK]", "a"]
 PAIRS = (["a dog ran in the park", "Hello there"], ["fast, faster, fastest.", "hashing [SEP] pieces"])
-# name -> (model fields, head, the run whose tokenizer setting (words or pieces) the export reads)
-WORDS, PIECES = "ch2_hashformers-md5_proj", "ch2_subword-md5_proj"
-HASH_VARIANTS = {
-    "md5_emb-words": (dict(embedding="hash_emb", embedding_options={"hash": "md5", "buckets": 97}),
-                      "classification", WORDS),
-    "md5_pool-words": (dict(embedding="hash_pool", embedding_options={"hash": "md5", "bits": 24, "k": 5}),
-                       "classification", WORDS),
-    "md5_add-words": (dict(embedding="hash_add", embedding_options={"hash": "md5", "scale": "mean"}),
-                      "classification", WORDS),
-    "md5_proj-words": (dict(embedding="hash_proj", embedding_options={"hash": "md5"}), "classification", WORDS),
-    "lsh_emb-words": (dict(embedding="hash_emb", embedding_options={"hash": "lsh", "buckets": 61}),
-                      "classification", WORDS),
-    "lsh_pool-words": (dict(embedding="hash_pool", embedding_options={"hash": "lsh", "bits": 30, "k": 7}),
-                       "classification", WORDS),
-    "lsh_proj-words": (dict(embedding="hash_proj", embedding_options={"hash": "lsh", "bits": 64}),
-                       "classification", WORDS),
-    "proformer-words": (dict(embedding="proformer", embedding_options={"bits": 40}, positions="sinusoidal",
-                             type_vocab_size=0), "classification", WORDS),
-    "md5_emb-pieces": (dict(embedding="hash_emb", embedding_options={"hash": "md5", "buckets": "1K"}),
-                       "classification", PIECES),
-    "lsh_proj-pieces": (dict(embedding="hash_proj", embedding_options={"hash": "lsh", "bits": 32}),
-                        "classification", PIECES),
-    "lsh_emb-pieces-mlm": (dict(embedding="hash_emb", embedding_options={"hash": "lsh", "buckets": 50}), "mlm",
-                           PIECES),
-    "eelbert-mlm": (dict(embedding="eelbert", embedding_options={"ngram": 3, "max_chars": 6}), "mlm",
-                    "ch2_related-eelbert"),
-    "eelbert-classification": (dict(embedding="eelbert"), "classification", "ch2_related-eelbert"),
-    "bert_hash-mlm": (dict(embedding="bert_hash", embedding_options={"projections": 3}), "mlm",
-                      "ch2_related-bert_hash_femto"),
-}
-
 LOAD = """
 import json, sys
 import torch
@@ -201,3 +170,28 @@ def test_an_embedding_the_template_does_not_implement_is_refused(tmp_path, monke
     with pytest.raises(ConfigError, match="embedding='hash_proj' cannot be exported to transformers' "
                                           "LeanBertForSequenceClassification: modeling_leanlm_hash.py implements"):
         export_hf(tmp_path / "ckpt", tmp_path / "hf")
+
+
+def test_the_tokenizer_template_imports_only_the_standard_library_torch_and_transformers_own_dependencies():
+    import ast
+    import sys
+
+    tree = ast.parse((TEMPLATES / "tokenization_leanlm_hash.py").read_text(encoding="utf-8"))
+    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert roots - set(sys.stdlib_module_names) <= {"torch", "transformers", "tokenizers", "safetensors"}, roots
+
+
+def test_a_stock_bert_tokenizer_gives_a_pairs_second_text_type_one(tmp_path):
+    # BERT reads token types: the exported tokenizer must return them, as leanlm encodes a pair.
+    from export_cases import VARIANTS, save_run
+    from transformers import AutoTokenizer
+
+    from leanlm.export import export_hf
+
+    tokenizer = wordpiece()
+    save_run(tmp_path / "ckpt", *VARIANTS["bert-classification"][:2], tokenizer)
+    export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    batch = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))("the cat sat", "on the mat")
+    assert batch["token_type_ids"] == tokenizer.encode("the cat sat", "on the mat").type_ids
+    assert 1 in batch["token_type_ids"]

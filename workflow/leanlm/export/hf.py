@@ -89,7 +89,7 @@ def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
             ours = write_hash_inputs(checkpoint, meta, config, staging, max_length, where)
             check_written(model, staging, cls, where, probe_batches(ours, config, staging))
         else:
-            write_tokenizer(tokenizer, staging, max_length)
+            write_tokenizer(tokenizer, staging, max_length, config.backbone == "bert" and config.type_vocab_size > 0)
             check_written(model, staging, cls, where)
         _free(out)
         if out.exists():
