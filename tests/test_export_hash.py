@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from export_cases import HASH_VARIANTS, HF_CLASSES, PIECES, SIZES, TEXTS, WORDS, run_fresh, trained_like, wordpiece
+from export_cases import HASH_VARIANTS, HF_CLASSES, SIZES, TEXTS, WORDS, run_fresh, trained_like, wordpiece
 from leanlm.errors import ConfigError, DataError
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "workflow" / "leanlm" / "export" / "remote"

@@ -58,8 +58,6 @@ def embedding_options(config: ModelConfig) -> dict[str, Any]:
 def hash_route(meta: dict, where: str) -> str:
     """The run's ``tokenizer`` (``hash``: words; ``hash_subword``: pieces), from its profile."""
     from leanlm import paths
-    from leanlm.config import load_config
-    from leanlm.runs import get_run
 
     extra = meta.get("extra") or {}
     profile, run_id = extra.get("profile"), extra.get("run_id")
@@ -68,8 +66,11 @@ def hash_route(meta: dict, where: str) -> str:
         raise ConfigError(f"{where}: a hash-embedding model's export needs to know whether its run hashed words "
                           f"or subword pieces, which the run's settings say; the checkpoint records profile="
                           f"{profile!r} and run_id={run_id!r}, and {params} is not a profile; nothing was written")
-    return _run_tokenizers(str(params))[run_id] if run_id in _run_tokenizers(str(params)) \
-        else get_run(load_config(params), run_id).tokenizer  # ConfigError naming the runs it knows
+    known = _run_tokenizers(str(params))
+    if run_id not in known:
+        raise ConfigError(f"{where}: the checkpoint records run_id={run_id!r}, which {params} does not define, so "
+                          f"whether it hashed words or subword pieces is unknown; nothing was written")
+    return known[run_id]
 
 
 @lru_cache(maxsize=2)

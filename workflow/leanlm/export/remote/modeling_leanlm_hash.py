@@ -21,7 +21,6 @@ their own; the HashFormers add one learned "regular token" vector to every other
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 # The per-token inputs a hash embedding reads, passed to the model by name (as the tokenizer returns them).
