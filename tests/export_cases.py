@@ -96,6 +96,39 @@ REMOTE_VARIANTS.update({
     "bert-mha-sinusoidal-offset-no_types": (dict(backbone="bert", positions="sinusoidal", position_offset=2,
                                                  type_vocab_size=0, max_position=34), "mlm", wordpiece),
 })
+# Ch. 2's embeddings on BERT (tests/test_export_hash.py): name -> (model fields, head, the run of params/smoke.yaml
+# whose tokenizer setting, words or pieces, the export reads). Every embedding of the registry, MD5 and LSH.
+WORDS, PIECES = "ch2_hashformers-md5_proj", "ch2_subword-md5_proj"
+HASH_VARIANTS = {
+    "md5_emb-words": (dict(embedding="hash_emb", embedding_options={"hash": "md5", "buckets": 97}),
+                      "classification", WORDS),
+    "md5_pool-words": (dict(embedding="hash_pool", embedding_options={"hash": "md5", "bits": 24, "k": 5}),
+                       "classification", WORDS),
+    "md5_add-words": (dict(embedding="hash_add", embedding_options={"hash": "md5", "scale": "mean"}),
+                      "classification", WORDS),
+    "md5_proj-words": (dict(embedding="hash_proj", embedding_options={"hash": "md5"}), "classification", WORDS),
+    "lsh_emb-words": (dict(embedding="hash_emb", embedding_options={"hash": "lsh", "buckets": 61}),
+                      "classification", WORDS),
+    "lsh_pool-words": (dict(embedding="hash_pool", embedding_options={"hash": "lsh", "bits": 30, "k": 7}),
+                       "classification", WORDS),
+    "lsh_proj-words": (dict(embedding="hash_proj", embedding_options={"hash": "lsh", "bits": 64}),
+                       "classification", WORDS),
+    "proformer-words": (dict(embedding="proformer", embedding_options={"bits": 40}, positions="sinusoidal",
+                             type_vocab_size=0), "classification", WORDS),
+    "md5_emb-pieces": (dict(embedding="hash_emb", embedding_options={"hash": "md5", "buckets": "1K"}),
+                       "classification", PIECES),
+    "lsh_proj-pieces": (dict(embedding="hash_proj", embedding_options={"hash": "lsh", "bits": 32}),
+                        "classification", PIECES),
+    "lsh_emb-pieces-mlm": (dict(embedding="hash_emb", embedding_options={"hash": "lsh", "buckets": 50}), "mlm",
+                           PIECES),
+    "eelbert-mlm": (dict(embedding="eelbert", embedding_options={"ngram": 3, "max_chars": 6}), "mlm",
+                    "ch2_related-eelbert"),
+    "eelbert-classification": (dict(embedding="eelbert"), "classification", "ch2_related-eelbert"),
+    "bert_hash-mlm": (dict(embedding="bert_hash", embedding_options={"projections": 3}), "mlm",
+                      "ch2_related-bert_hash_femto"),
+}
+
+HASH_EMBEDDINGS = {(fields["embedding"], head) for fields, head, _ in HASH_VARIANTS.values()}
 HF_CLASSES = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
               "causal_lm": "AutoModelForCausalLM"}
 

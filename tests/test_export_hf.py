@@ -28,12 +28,15 @@ def cli_export(checkpoint: Path, out: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("head", ["shuffle_random", "mlm"])
 def test_a_hash_embedding_model_is_refused_and_nothing_is_written(tmp_path, head):
     # ch2_hashformers-lsh_proj (a Shuffle+Random model): once exported with exit 0 as a stock BERT whose
-    # embedding transformers initialised at random.
+    # embedding transformers initialised at random. The hash embedding now exports (tests/test_export_hash.py);
+    # the S+R head has no class, and a run whose tokenizer setting cannot be read is not guessed.
     fields = dict(backbone="bert", embedding="hash_proj", embedding_options={"hash": "lsh", "bits": 16})
     save_run(tmp_path / "ckpt", fields, head, wordpiece())
     done = cli_export(tmp_path / "ckpt", tmp_path / "hf")
     assert done.returncode != 0
-    assert "embedding='hash_proj' cannot be exported" in done.stderr, done.stderr
+    says = ("a 'shuffle_random' model of backbone 'bert' has no stock transformers class" if head == "shuffle_random"
+            else "needs to know whether its run hashed words or subword pieces")
+    assert says in done.stderr, done.stderr
     assert not (tmp_path / "hf").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder left behind
     if head == "shuffle_random":  # docs/export.md shows this very message for ch2_hashformers-lsh_proj
@@ -145,12 +148,18 @@ def test_every_model_of_the_matrix_exports_or_is_refused_by_name(case, tmp_path)
     from leanlm.modeling.checkpoint import save_checkpoint
     from leanlm.training.run_tokenizer import save_run_tokenizer
 
+    from export_cases import HASH_EMBEDDINGS
+    from leanlm.export.remote.hash_inputs import reads_features
+
     fields, head = MATRIX[case]
     model = build(fields, head)
     try:
         export_target(model.config, head, case)
     except ConfigError as err:
         assert str(err).startswith(f"{case}: ") and ("cannot be exported" in str(err) or "no stock" in str(err))
+        return
+    if reads_features(model.config):  # exported from text, with its run's codebook: tests/test_export_hash.py
+        assert (model.config.embedding, head) in HASH_EMBEDDINGS
         return
     assert (model.config.backbone, head) in {(f["backbone"], h) for f, h, _ in
                                              [*VARIANTS.values(), *REMOTE_VARIANTS.values()]}

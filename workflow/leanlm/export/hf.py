@@ -3,7 +3,8 @@
 OUT gets ``config.json`` and ``model.safetensors`` in the stock class's layout
 (:mod:`leanlm.modeling.hf_layout`), or, for a model no stock class computes, in the layout of leanlm's own
 self-contained class with its code beside them (``trust_remote_code``, :mod:`leanlm.export.remote`), and
-the run's tokenizer (:mod:`leanlm.export.tokenizer`). Nothing is ever written wrong:
+the run's tokenizer (:mod:`leanlm.export.tokenizer`), or, for a ch. 2 hash embedding, the tokenizer that
+computes its inputs from text (:mod:`leanlm.export.remote.hash_inputs`). Nothing is ever written wrong:
 
 1. every config field is checked against what the class can express, before any file is written;
 2. the files go into a temporary folder beside OUT, which transformers loads back and whose logits must
@@ -29,6 +30,7 @@ from leanlm.modeling.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_model, re
 from leanlm.modeling.config import ModelConfig
 from leanlm.export.remote import REMOTE_TARGETS
 from leanlm.export.remote.files import copy_code
+from leanlm.export.remote.hash_inputs import probe_batches, reads_features, write_hash_inputs
 from leanlm.modeling.hf_layout import target_of
 from leanlm.modeling.hf_layout.fields import Target, check_fields
 
@@ -60,12 +62,14 @@ def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
     config = ModelConfig.from_dict(meta["model"], where=f"{checkpoint / CONFIG_NAME}: model")
     _target, cls = export_target(config, meta["kind"], where)
     _free(out)
-    tokenizer, source = run_tokenizer(checkpoint, meta)
-    check_fits(tokenizer, config.vocab_size, source)
+    hashed = reads_features(config)  # its inputs are hashes of the text, not a subword tokenizer's ids
+    if not hashed:
+        tokenizer, source = run_tokenizer(checkpoint, meta)
+        check_fits(tokenizer, config.vocab_size, source)
 
     model = load_model(checkpoint, kind=meta["kind"]).float().eval()
     hf_config, tensors = _target.build(model, where)
-    specials = special_tokens(tokenizer)
+    specials = {} if hashed else special_tokens(tokenizer)
     for role in ("bos", "eos"):
         if f"{role}_token" in specials:
             hf_config[f"{role}_token_id"] = tokenizer.token_to_id(specials[f"{role}_token"])
@@ -79,9 +83,14 @@ def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
     try:
         save_file(tensors, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(staging / CONFIG_NAME, hf_config)
-        write_tokenizer(tokenizer, staging, config.max_position - config.position_offset)
+        max_length = config.max_position - config.position_offset
         copy_code(_target.code, staging)
-        check_written(model, staging, cls, where)
+        if hashed:
+            ours = write_hash_inputs(checkpoint, meta, config, staging, max_length, where)
+            check_written(model, staging, cls, where, probe_batches(ours, config, staging))
+        else:
+            write_tokenizer(tokenizer, staging, max_length, config.backbone == "bert" and config.type_vocab_size > 0)
+            check_written(model, staging, cls, where)
         _free(out)
         if out.exists():
             out.rmdir()

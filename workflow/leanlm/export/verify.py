@@ -43,14 +43,21 @@ def load_export(directory: Path, cls: str) -> nn.Module:
 
 
 @torch.no_grad()
-def check_written(model: nn.Module, directory: Path, cls: str, where: str) -> float:
+def check_written(model: nn.Module, directory: Path, cls: str, where: str,
+                  batches: list[tuple[dict, dict]] | None = None) -> float:
     """Load ``directory`` as transformers' ``cls`` and compare its logits with ``model``'s; returns the
-    largest difference, LeanLMError when it is beyond float rounding."""
+    largest difference, LeanLMError when it is beyond float rounding. ``batches``: ``(leanlm's batch, the
+    export's batch)`` of the same texts (a hash embedding's, each encoded by its own tokenizer); default one
+    batch of ids (:func:`probe_batch`) for both."""
     hf = load_export(directory, cls).float().eval()
     model = model.float().eval()
-    batch = probe_batch(model.config)
-    ours = model(**batch)["logits"]
-    theirs = hf(**batch).logits
+    if batches is None:
+        batch = probe_batch(model.config)
+        batches = [(batch, batch)]
+    return max(_compare(model(**ours)["logits"], hf(**theirs).logits, cls, where) for ours, theirs in batches)
+
+
+def _compare(ours: torch.Tensor, theirs: torch.Tensor, cls: str, where: str) -> float:
     if theirs.shape != ours.shape:
         raise LeanLMError(f"{where}: transformers' {cls} gives logits of shape {tuple(theirs.shape)}, leanlm "
                           f"{tuple(ours.shape)}; nothing was written")

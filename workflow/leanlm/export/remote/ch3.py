@@ -1,7 +1,9 @@
 """Ch. 3's BERT encoder and GPT-2 decoder with any of its attention variants (MHE-ADD/MUL, SHA, EL-ATT, MQA,
 SKV, GQA, FNet, Linear) as ``modeling_leanlm_ch3.py``'s classes (``trust_remote_code``): the variants with no
 stock class (MHA with a standard embedding still exports as a stock BERT / GPT-2). Also what stock BERT
-cannot number: sinusoidal positions, RoBERTa-style ``position_offset``, no token-type table.
+cannot number: sinusoidal positions, RoBERTa-style ``position_offset``, no token-type table; and ch. 2's
+word embeddings without a table per token (``modeling_leanlm_hash.py``; what computes their inputs from
+text ships beside them, leanlm.export.remote.hash_inputs).
 
 ``config.json`` holds every leanlm model field under its own name; the weights keep leanlm's names, the
 padded vocabulary rows and the tied heads left out (transformers ties them again).
@@ -15,14 +17,23 @@ import torch
 from torch import nn
 
 from leanlm.export.remote.files import CONFIG_FILE, leanlm_fields
+from leanlm.export.remote.hash_inputs import fields_of
 from leanlm.modeling.checkpoint import model_kind
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hf_layout.fields import Rule, Target, check_fields, only
 from leanlm.modeling.vocab import unpadded_state_dict
 
 MODELING = "modeling_leanlm_ch3"
+HASH_MODELING = "modeling_leanlm_hash"  # imported by MODELING: ships with every ch. 3 export
 # The head a tied weight belongs to, by backbone: transformers ties it to the word embedding again.
 TIED = {"bert": "decoder.weight", "gpt2": "lm_head.weight"}
+
+
+def _template_embeddings() -> set[str]:
+    """The word embeddings the hash template implements (its EMBEDDINGS table), and BERT's table."""
+    from leanlm.export.remote import modeling_leanlm_hash
+
+    return set(modeling_leanlm_hash.EMBEDDINGS) | {"standard"}
 
 
 def _template_attention() -> set[str]:
@@ -38,8 +49,12 @@ def hf_leanlm_ch3(model: nn.Module, where: str = "model") -> tuple[dict[str, Any
     kind = model_kind(model)
     target = REMOTE_CH3[config.backbone]
     cls = check_fields(config, target, kind, where)
-    fields = leanlm_fields(config, kind, MODELING, cls, getattr(model, "num_labels", None))
+    fields = {**leanlm_fields(config, kind, MODELING, cls, getattr(model, "num_labels", None)), **fields_of(config)}
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in unpadded_state_dict(model).items()}
+    if config.backbone == "bert" and hasattr(model.encoder.embeddings.word_embeddings, "hash_seeds"):
+        # EELBERT's fixed seeds: leanlm regenerates them from embedding_options.seed (NumPy's PCG64); the
+        # export ships them, so the template needs no NumPy and no generator that may change between versions
+        tensors["encoder.embeddings.word_embeddings.hash_seeds"] = model.encoder.embeddings.word_embeddings.hash_seeds
     if kind in ("mlm", "causal_lm"):
         fields["tie_word_embeddings"] = tied = _tied(model)
         if tied:
@@ -50,8 +65,8 @@ def hf_leanlm_ch3(model: nn.Module, where: str = "model") -> tuple[dict[str, Any
 def _tied(model: nn.Module) -> bool:
     """Whether the LM head is the word embedding (BERT's always is with a standard table; GPT-2's when
     it has no ``lm_head`` of its own)."""
-    if model.config.backbone == "bert":
-        return model.decoder.weight is model.encoder.embeddings.word_embeddings.weight
+    if model.config.backbone == "bert":  # a hash embedding has no table: the decoder is a matrix of its own
+        return model.decoder.weight is getattr(model.encoder.embeddings.word_embeddings, "weight", None)
     return model.lm_head is None
 
 
@@ -61,9 +76,11 @@ SIZES = frozenset({"vocab_size", "n_layers", "d_model", "n_heads", "head_dim", "
 PINNED = {
     "attention": Rule(lambda v, _c: v in _template_attention(),
                       f"{MODELING}.py implements the ch. 3 attention variants in its ATTENTION table only"),
-    "embedding": only("standard", says=f"no stock class computes hash and projection embeddings (ch. 2), and "
-                                       f"{MODELING}.py builds the standard word embedding only"),
-    "embedding_options": only({}, says="they configure a non-standard embedding"),
+    "embedding": Rule(lambda v, c: v in (_template_embeddings() if c.backbone == "bert" else {"standard"}),
+                      f"{HASH_MODELING}.py implements the ch. 2 embeddings in its EMBEDDINGS table only, for BERT"),
+    # The embedding's settings, read with its defaults filled in (hash_inputs.embedding_options).
+    "embedding_options": Rule(lambda v, c: c.embedding != "standard" or v == {},
+                              "they configure a non-standard embedding"),
     "qk_norm": only(False, says="ch. 3's backbones have no q/k normalisation"),
     "n_decoder_layers": only(0, says="the encoder-decoder is another backbone"),
 }
@@ -76,7 +93,7 @@ LEANLM_BERT = Target(
     unused=frozenset({"rope_theta", "layout", "tie_word_embeddings"}),
     pinned=PINNED,
     build=hf_leanlm_ch3,
-    code=(CONFIG_FILE, f"{MODELING}.py"),
+    code=(CONFIG_FILE, f"{MODELING}.py", f"{HASH_MODELING}.py"),
 )
 LEANLM_GPT2 = Target(
     backbone="gpt2",
@@ -87,6 +104,6 @@ LEANLM_GPT2 = Target(
     unused=frozenset({"rope_theta", "layout", "type_vocab_size", "positions"}),
     pinned=PINNED,
     build=hf_leanlm_ch3,
-    code=(CONFIG_FILE, f"{MODELING}.py"),
+    code=(CONFIG_FILE, f"{MODELING}.py", f"{HASH_MODELING}.py"),
 )
 REMOTE_CH3 = {"bert": LEANLM_BERT, "gpt2": LEANLM_GPT2}

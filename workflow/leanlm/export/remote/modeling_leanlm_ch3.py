@@ -12,7 +12,9 @@ transformers. Parameter names are leanlm's. ``config.attention`` names the subla
   sequence, lower-triangular in a decoder, then the output projection).
 
 BERT: post-LN blocks, exact (erf) GELU, learned (or sinusoidal) positions from ``position_offset``, token
-types; the MLM head tied to the word embedding. GPT-2: pre-LN blocks, tanh GELU, the head tied or not.
+types; the MLM head tied to the word embedding, or, for ch. 2's embeddings without a table per token
+(``config.embedding``, ``modeling_leanlm_hash.py``), a matrix of its own; those read the per-token features
+the export's tokenizer returns (``hash_bits``, ...), passed to ``forward`` by name. GPT-2: pre-LN blocks, tanh GELU, the head tied or not.
 """
 
 import math
@@ -24,6 +26,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput
 
 from .configuration_leanlm import LeanBertConfig, LeanGPT2Config
+from .modeling_leanlm_hash import EMBEDDINGS, FEATURES
 
 
 class Attention(nn.Module):
@@ -179,6 +182,18 @@ def sinusoidal_positions(length, d_model):
     return table
 
 
+def word_embedding(config):
+    """BERT's table, or one of ch. 2's embeddings (``modeling_leanlm_hash.py``)."""
+    if getattr(config, "embedding", "standard") == "standard":
+        return nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+    return EMBEDDINGS[config.embedding](config)
+
+
+def features_of(kwargs):
+    """The hash features among ``forward``'s keyword arguments (the tokenizer's other outputs stay out)."""
+    return {name: kwargs[name] for name in FEATURES if kwargs.get(name) is not None}
+
+
 def padding(attention_mask):
     """The mask as booleans, or None when it masks nothing (SDPA's mask-free path, as leanlm)."""
     return None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()
@@ -188,7 +203,7 @@ class BertEmbeddings(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.offset = config.position_offset
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.word_embeddings = word_embedding(config)
         # Sinusoids are computed when used, not kept in a buffer (transformers builds a model on the meta
         # device, where a buffer that no checkpoint holds would stay empty).
         self.sinusoidal = config.positions != "learned"
@@ -199,14 +214,14 @@ class BertEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids, token_type_ids):
+    def forward(self, input_ids, token_type_ids, **features):
         positions = torch.arange(self.offset, self.offset + input_ids.size(1), device=input_ids.device)
         if self.sinusoidal:
-            table = sinusoidal_positions(self.offset + input_ids.size(1), self.word_embeddings.embedding_dim)
-            vectors = table.to(input_ids.device, self.word_embeddings.weight.dtype)[positions]
+            table = sinusoidal_positions(self.offset + input_ids.size(1), self.norm.normalized_shape[0])
+            vectors = table.to(input_ids.device, self.norm.weight.dtype)[positions]
         else:
             vectors = self.position_embeddings(positions)
-        x = self.word_embeddings(input_ids) + vectors[None]
+        x = self.word_embeddings(input_ids, **features) + vectors[None]
         if self.token_type_embeddings is not None:
             x = x + (self.token_type_embeddings.weight[0] if token_type_ids is None
                      else self.token_type_embeddings(token_type_ids))
@@ -239,9 +254,9 @@ class BertEncoder(nn.Module):
             self.pooler = nn.Module()
             self.pooler.dense = nn.Linear(config.d_model, config.d_model)
 
-    def forward(self, input_ids, attention_mask, token_type_ids):
+    def forward(self, input_ids, attention_mask, token_type_ids, **features):
         mask = padding(attention_mask)
-        x = self.embeddings(input_ids, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, **features)
         for layer in self.layers:
             x = layer(x, mask)
         return x
@@ -323,7 +338,7 @@ class LeanBertForMaskedLM(LeanCh3PreTrainedModel):
         return self.decoder
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids)
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids, **features_of(kwargs))
         logits = self.decoder(self.transform.norm(F.gelu(self.transform.dense(hidden))))
         loss = None if labels is None else F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
         return MaskedLMOutput(loss=loss, logits=logits)
@@ -339,7 +354,7 @@ class LeanBertForSequenceClassification(LeanCh3PreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids)
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids, **features_of(kwargs))
         logits = self.classifier(self.dropout(torch.tanh(self.encoder.pooler.dense(hidden[:, 0]))))
         return SequenceClassifierOutput(loss=classification_loss(logits, labels, self.config.num_labels),
                                         logits=logits)
