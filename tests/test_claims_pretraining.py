@@ -174,3 +174,19 @@ def test_the_claims_read_every_pretraining_replica_of_their_runs(scratch_root):
     assert "Every judged claim's models were pretrained several times" in md
     frame = to_frame(results).set_index("claim")
     assert frame.loc["ch2_replicated", "pretraining_runs"] == 3 == frame.loc["ch2_replicated", "claim_pretraining_runs"]
+
+
+def test_a_timing_part_says_nothing_of_pretraining_runs():
+    """Step times do not depend on the pretraining seed: a speed part (family pretrain) is not "one
+    pretraining run"; a score part is."""
+    from types import SimpleNamespace
+
+    from leanlm.claims.report import part_pretraining_runs, verdict_text
+    from leanlm.claims.stats import Interval
+
+    iv = Interval(1.0, 0.5, 1.5, 0.95, 100, "examples")
+    assert part_pretraining_runs(SimpleNamespace(interval=iv, part=SimpleNamespace(family="pretrain"))) is None
+    assert part_pretraining_runs(SimpleNamespace(interval=iv, part=SimpleNamespace(family="glue"))) == 1
+    assert verdict_text("supported", None) == "supported" and verdict_text("untestable", 1) == "untestable"
+    assert verdict_text("contradicted", 1) == "contradicted, one pretraining run"
+    assert verdict_text("inconclusive", 3.0) == "inconclusive, 3 pretraining runs"

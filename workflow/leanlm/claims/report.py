@@ -36,9 +36,17 @@ CSV_COLUMNS = ["claim", "chapter", "where", "claim_verdict", "part", "comparison
 JUDGED = (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
 
 
+def part_pretraining_runs(p) -> int | None:
+    """The fewest pretraining runs of a part's models (None: no interval, or a timing part: family
+    ``pretrain``, whose step times do not depend on the pretraining seed)."""
+    if p.interval is None or p.part.family == "pretrain":
+        return None
+    return p.interval.pretraining_runs
+
+
 def claim_pretraining_runs(cr: ClaimResult) -> int | None:
     """The fewest pretraining runs behind the intervals of a claim's parts (None: no part has one)."""
-    runs = [p.interval.pretraining_runs for p in cr.parts if p.interval is not None]
+    runs = [r for r in map(part_pretraining_runs, cr.parts) if r is not None]
     return min(runs) if runs else None
 
 
@@ -110,7 +118,7 @@ def to_frame(results: list[ClaimResult]) -> pd.DataFrame:
                 "region_low": p.part.region[0], "region_high": p.part.region[1],
                 "basis": iv.basis if iv else "", "verdict": p.verdict, "reason": p.reason,
                 "preconditions": "; ".join(p.checked), "thesis_a": thesis[0], "thesis_b": thesis[1],
-                "pretraining_runs": iv.pretraining_runs if iv else None,
+                "pretraining_runs": part_pretraining_runs(p),
                 "claim_pretraining_runs": claim_pretraining_runs(cr),
             })
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
