@@ -264,5 +264,6 @@ def test_the_end_of_run_line_names_the_deciding_parts_effect_and_interval(scratc
     print_summary("smoke")
     line = next(l for l in capsys.readouterr().out.splitlines() if "ch2_clear_win" in l)
     assert row["verdict"] == SUPPORTED and row["low"] > 0
-    assert line.split() == ["ch2_clear_win", "supported", "part", "1/1:", "effect", f"{row['estimate']:.3g}",
+    # the verdict with its pretraining runs (smoke pretrains once), then the part it rests on
+    assert line.split() == ["ch2_clear_win", "supported,", "one", "pretraining", "run", "part", "1/1:", "effect", f"{row['estimate']:.3g}",
                             f"[{row['low']:.3g},", f"{row['high']:.3g}]", "(difference)"]

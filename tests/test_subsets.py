@@ -155,7 +155,9 @@ def test_the_readme_command_runs_the_subset_and_passes_it_to_every_job(scratch_r
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     pretrained = set(re.findall(r"leanlm pretrain .*?--run (\S+)", out))
-    expected = {r.run_id for r in runs(load_config(root / "params" / "signal.yaml", subset="cpu")) if not r.evaluate_from}
+    # every pretraining replica too (signal's pretrain_seeds)
+    expected = {r.run_id for r in runs(load_config(root / "params" / "signal.yaml", subset="cpu"), with_replicas=True)
+                if not r.evaluate_from}
     assert pretrained == expected
     commands = [line for line in out.splitlines() if re.search(r"leanlm (pretrain|finetune|aggregate|claims|render) ", line)]
     assert commands and all(re.search(r"--params \S*params/signal\.yaml --subset cpu ", c) for c in commands), commands[:3]
