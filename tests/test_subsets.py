@@ -159,3 +159,43 @@ def test_the_readme_command_runs_the_subset_and_passes_it_to_every_job(scratch_r
     assert pretrained == expected
     commands = [line for line in out.splitlines() if re.search(r"leanlm (pretrain|finetune|aggregate|claims|render) ", line)]
     assert commands and all(re.search(r"--params \S*params/signal\.yaml --subset cpu ", c) for c in commands), commands[:3]
+
+
+def test_a_subset_can_narrow_an_experiments_runs(scratch_root):
+    """``{experiment: {runs: [...], families: [...]}}``: only those runs (and families), each the same run
+    with the same settings as in the whole profile."""
+    path = scratch_root / "params" / "signal.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["subsets"]["few"] = [{"ch4_uniform": {"runs": ["standard", "mlp"]}},
+                             {"ch3_decoder": {"runs": ["sha", "mha"], "families": ["lm"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    whole = {r.run_id: r for r in runs(load_config(path))}
+    few = load_config(path, subset="few")
+    chosen = runs(few)
+    assert sorted(r.run_id for r in chosen) == ["ch3_decoder-mha", "ch3_decoder-sha",
+                                                "ch4_uniform-mlp", "ch4_uniform-standard"]
+    for run in chosen:
+        assert run == dataclasses.replace(whole[run.run_id], finetune=run.finetune)
+        assert pretrain_settings(few, run) == pretrain_settings(load_config(path), whole[run.run_id])
+    assert {r.finetune for r in chosen if r.experiment == "ch3_decoder"} == {("lm",)}
+    assert {r.finetune for r in chosen if r.experiment == "ch4_uniform"} == {whole["ch4_uniform-mlp"].finetune}
+
+
+def test_a_subset_naming_an_unknown_run_or_dropping_an_evaluated_model_is_refused(scratch_root):
+    path = scratch_root / "params" / "signal.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["subsets"]["cpu"] = [{"ch4_uniform": {"runs": ["standard", "gpt"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"subsets\.cpu keeps ch4_uniform's runs gpt, which the experiment "
+                                          r"does not have \(it has: standard, mlp, "):
+        load_config(path)  # refused even when no subset is chosen
+    # ch4_skip evaluates ch4_hybrid's models: a subset keeping a skip run keeps the model it evaluates
+    doc["subsets"]["cpu"] = [{"ch4_hybrid": {"runs": ["mlp"]}}, {"ch4_skip": {"runs": ["mlp", "approximate"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"subsets\.cpu keeps ch4_skip-approximate, which evaluates the model of "
+                                          r"ch4_hybrid-approximate, and leaves that run out"):
+        load_config(path, subset="cpu")
+    doc["subsets"]["cpu"] = [{"ch4_uniform": {"families": ["lm_eval"], "runs": []}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match="subsets"):
+        load_config(path)  # the schema: a narrowed experiment keeps at least one run
