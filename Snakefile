@@ -26,6 +26,7 @@ from leanlm import cluster, forkserver
 from leanlm.config import load_config
 from leanlm.job_code import finetune_code, pretrain_code, render_code
 from leanlm.provenance import code_of, code_version
+from leanlm.reporting.pretraining_speed import speed_runs, speed_settings, speed_steps
 from leanlm.reporting.tables_file import load_tables
 from leanlm.runs import pretrain_settings, runs
 

@@ -115,16 +115,20 @@ def test_the_gpu_commands_in_docs_are_valid_bench_commands():
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     commands = [line.strip() for line in docs.splitlines() if line.strip().startswith("leanlm bench ")]
-    configs, parity = set(), set()
+    configs, parity, speed = set(), set(), []
     for command in commands:
         args = build_parser().parse_args(shlex.split(command)[1:])
         if args.parity is not None:  # the CPU comparison with transformers (tests/test_bench_parity.py)
             parity.add(args.parity)
             continue
+        if args.speed:  # ch. 2's pretraining speed of a profile (tests/test_objective_speed.py)
+            speed.append(args.params)
+            continue
         assert args.config in BENCH_CONFIGS, command
         configs.add(args.config)
     assert configs == set(BENCH_CONFIGS)  # every named configuration has its command there
     assert parity  # and the parity table its command
+    assert "params/paper.yaml" in speed  # and the paper's pretraining speed its command
 
 
 def test_loop_only_builds_one_model_and_times_the_first_step_apart(monkeypatch):

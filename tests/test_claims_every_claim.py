@@ -218,8 +218,8 @@ def write_world(root, config, plan: Plan) -> None:
 
     for (run, family), fixed in by_record.items():
         world.family(run, family, value_of(fixed), attention=plan.attention.get((run, family), 100))
-    for run, ms in plan.timing.items():
-        world.pretraining(run, ms)
+    if plan.timing:
+        world.speed(plan.timing)
     if any(family == "lm_eval" for _, family in by_record):
         world.collect_baselines()
 

@@ -39,3 +39,36 @@ rule pretrain:
         # Snakefile's hooks delete it then), so a job killed after training never starts again from step 0.
         "OMP_NUM_THREADS={threads} {params.launch} pretrain {P} --run {wildcards.run_id:q} --keep-checkpoint "
         "> {log:q} 2>&1"
+
+
+# Ch. 2's pretraining speed (Table 2.3's PT columns and the speed claims): every pretrained MLM and S+R run
+# of ch2_hashformers built at the profile's size and timed in interleaved rounds at one batch, per sample
+# (leanlm.benchmarks.objective_speed). Its own job, not the training wall clock: the runs train at
+# different batches, on machines shared with other jobs (docs/benchmarks.md).
+SPEED_RUNS = speed_runs(CFG)
+
+
+def speed_outputs():
+    return [f"results/{PROFILE}/speed/ch2_hashformers.json"] if SPEED_RUNS else []
+
+
+if SPEED_RUNS:
+
+    rule pretraining_speed:
+        output:
+            speed_outputs(),
+        params:
+            speed=speed_settings(CFG),
+            # what each timed model is: its fields and its pretraining settings (batch building, AdamW)
+            runs={r: {"model": RUNS[r].model, "pretrain": pretrain_settings(CFG, RUNS[r])} for r in SPEED_RUNS},
+            code=code_of("leanlm.benchmarks.objective_speed"),
+        threads: cluster.threads(CFG, "pretrain")
+        resources:
+            **cluster.job_resources(CFG, "pretrain"),
+            runtime=cluster.pretrain_runtime(CFG, len(SPEED_RUNS) * speed_steps(CFG)),
+        log:
+            f"logs/{PROFILE}/pretraining_speed.log",
+        benchmark:
+            f"benchmarks/{PROFILE}/pretraining_speed.tsv",
+        shell:
+            "OMP_NUM_THREADS={threads} leanlm bench --speed {P} > {log:q} 2>&1"

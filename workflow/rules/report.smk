@@ -53,11 +53,13 @@ def piece_of(experiment):
 
 def table_inputs(name):
     """The aggregated results a results table or figure reads: the pieces of its experiments
-    (tables.yaml's `experiments` and `optional` that this profile runs) and, for ch. 4's, the lm_eval
-    baselines. So `snakemake paper_tables/<profile>/<table>.tex` runs only that table's runs."""
+    (tables.yaml's `experiments` and `optional` that this profile runs), for ch. 4's the lm_eval
+    baselines, and for those reading `speed` (Table 2.3) the pretraining speed record. So
+    `snakemake paper_tables/<profile>/<table>.tex` runs only that table's runs."""
     spec = TABLES[name]
     experiments = [e for e in dict.fromkeys(spec["experiments"] + spec.get("optional", [])) if e in CFG["experiments"]]
-    return [piece_of(e) for e in experiments] + experiment_baselines(experiments)
+    speed = speed_outputs() if "speed" in spec.get("reads", []) else []
+    return [piece_of(e) for e in experiments] + experiment_baselines(experiments) + speed
 
 
 # Aggregation, one job per experiment: results/<profile>/experiments/<experiment>.csv from its runs' results
@@ -256,12 +258,13 @@ def claims_outputs():
 
 
 # Verdicts on the thesis's claims from the runs' per-example results (leanlm.claims), after aggregation.
-# The runs' pretrain.json (step times, Table 2.3's claim) come with their models, which the results need.
+# The speed claims (§2.5.3) read the pretraining speed record (rule pretraining_speed), not training clocks.
 rule claims:
     input:
         results=f"results/{PROFILE}/all_runs.csv",
         runs=family_results(),
         baselines=lm_eval_baselines(),
+        speed=speed_outputs(),
         claims="params/claims.yaml",
         schema="workflow/schemas/claims.schema.json",
         template="workflow/templates/claims.tex.j2",

@@ -1,5 +1,6 @@
 """What the claims read from a profile's results: measurements (per seed, with per-example data where
-the run kept it), ch. 4's baseline rows, parameter counts and pretraining step times.
+the run kept it), ch. 4's baseline rows and parameter counts (the speed claims read the speed record:
+:mod:`leanlm.claims.speed`).
 
 Per-example data lives in each (task, seed) result of a family's results JSON as
 
@@ -270,23 +271,3 @@ class Results:
         predictions, _ = self._references(run_id, family, task, metric)
         values = np.unique(np.concatenate(predictions))
         return float(values[0]) if len(values) == 1 else None
-
-    def pretraining_time(self, run_id: str) -> Measurement:
-        """Pretraining seconds per sample (Table 2.3) as one measurement: per-step times where recorded
-        (resampled over steps), else the single value (no interval)."""
-        path = self._path(run_id, "pretrain")
-        run = self.checker.runs.get(run_id)
-        record = self.checker.pretraining(run) if run is not None else None
-        if record is None:
-            raise Missing(f"no pretraining record of {run_id} ({path})")
-        timing = record.get("timing") or {}
-        value = timing.get("seconds_per_sample")
-        if value is None:
-            raise Missing(f"{path}: no seconds_per_sample (fewer than two steps were timed)")
-        value = _finite(value, "timing.seconds_per_sample", str(path))
-        steps, per_step = timing.get("step_seconds"), timing.get("samples_per_step")
-        if steps and per_step:
-            per_sample = np.asarray(steps, dtype=float) / float(per_step)
-            return Measurement((SeedScores(seed=0, value=value, statistic="mean",
-                                           examples={"score": per_sample}, eval_set=f"pretrain-steps/{run_id}"),))
-        return Measurement((SeedScores(seed=0, value=value),))

@@ -44,7 +44,7 @@ class Side:
         if self.kind == "peop":
             return f"PEoP({self.runs[0]} vs {self.runs[1]})"
         if self.kind == "timing":
-            return f"pretraining s/sample({self.runs[0]})"
+            return f"pretraining ms/sample({self.runs[0]})"
         if self.kind == "constant":
             return f"{self.value:g}"
         return self.baseline.replace("_", " ")

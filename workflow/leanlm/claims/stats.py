@@ -65,6 +65,11 @@ def _mean(data: Mapping[str, np.ndarray], idx: np.ndarray) -> np.ndarray:
     return data["score"][idx].mean(axis=1)
 
 
+def _median(data: Mapping[str, np.ndarray], idx: np.ndarray) -> np.ndarray:
+    """The median of per-example values: a time per sample over timing rounds (leanlm.claims.speed)."""
+    return np.median(data["score"][idx], axis=1)
+
+
 def _perplexity(data: Mapping[str, np.ndarray], idx: np.ndarray) -> np.ndarray:
     """exp(total negative log-likelihood / total units): documents are resampled whole."""
     return np.exp(data["nll"][idx].sum(axis=1) / data["units"][idx].sum(axis=1))
@@ -172,6 +177,7 @@ def _bleu(data, idx):
 
 STATISTICS: dict[str, Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarray]] = {
     "mean": _mean,            # per-example scores (correctness, EM, F1 of a question, lm-eval acc)
+    "median": _median,        # per-round times per sample (ch. 2's pretraining speed)
     "perplexity": _perplexity,  # per-document negative log-likelihood and units (tokens, words)
     "accuracy": _accuracy,    # predictions and references: the metric recomputed on the draw
     "f1": _f1,
@@ -183,7 +189,7 @@ STATISTICS: dict[str, Callable[[Mapping[str, np.ndarray], np.ndarray], np.ndarra
 }
 BLEU_FIELDS = ("hyp_len", "ref_len", "correct_1", "correct_2", "correct_3", "correct_4",
                "total_1", "total_2", "total_3", "total_4")
-FIELDS = {"mean": ("score",), "perplexity": ("nll", "units"), "bleu": BLEU_FIELDS}
+FIELDS = {"mean": ("score",), "median": ("score",), "perplexity": ("nll", "units"), "bleu": BLEU_FIELDS}
 PAIR_FIELDS = ("prediction", "reference")
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from leanlm.claims import results as res
 from leanlm.claims.spec import Claim, Part, Side
+from leanlm.claims.speed import pretraining_speed
 from leanlm.claims.stats import (CONTRADICTED, DEFAULT_DRAWS, INCONCLUSIVE, LEVEL, NOT_RUN, SUPPORTED, UNTESTABLE, Interval,
                                  Measurement, combine, degenerate, draws_for, paired_bootstrap, simultaneous_level,
                                  verdict)
@@ -87,10 +88,10 @@ class _Sides:
             return (lambda d: np.asarray(peop(fa(d), fb(d), pa, pb, inverse=lower), dtype=float)), False
         if side.kind == "constant":  # printed units, like the scaled scores; its direction is the other side's
             return (lambda d: np.full(len(next(iter(d.values()))) if d else 1, side.value)), None
-        if side.kind == "timing":
-            key = f"{side.runs[0]}|pretrain"
-            self.measurements[key] = self.results.pretraining_time(side.runs[0])
-            return (lambda d: d[key] * 1000.0), True  # ms per sample, lower is better
+        if side.kind == "timing":  # the speed record's rounds (leanlm.claims.speed), not the training clock
+            key = f"{side.runs[0]}|speed"
+            self.measurements[key] = pretraining_speed(self.results.config, side.runs[0])
+            return (lambda d: d[key]), True  # ms per sample, lower is better
         values, lowers = [], set()
         for task in self.tasks:
             results = self.results.task_results(self._any_run(), family, task)

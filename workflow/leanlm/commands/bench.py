@@ -14,6 +14,8 @@ def cmd_bench(args) -> None:
 
     if args.parity is not None:
         return _bench_parity(args)
+    if args.speed:
+        return _bench_speed(args)
     chosen = {}
     if args.config is not None:
         if args.config not in BENCH_CONFIGS:
@@ -44,6 +46,17 @@ def cmd_bench(args) -> None:
         from leanlm.io import write_json
 
         write_json(args.out, report)
+
+
+def _bench_speed(args) -> None:
+    from leanlm.benchmarks.objective_speed import format_speed, measure
+    from leanlm.io import write_json
+    from leanlm.reporting.pretraining_speed import speed_path
+
+    config = _config(args)
+    record = measure(config, device=args.device)
+    print(format_speed(record))
+    write_json(args.out or speed_path(config["profile"]), record)
 
 
 def _bench_parity(args) -> None:
@@ -127,7 +140,9 @@ def add_bench(sub) -> None:
                    help="a named configuration: bert_base_mha, bert_base_mhe_mul (32 x 512), ch4_standard_500m, "
                         "ch4_approximate_500m (8 x 2048); see leanlm.benchmarks.pretraining.BENCH_CONFIGS")
     p.add_argument("--run", default=None, help="bench this run of --params (its model, objective, vocabulary)")
-    p.add_argument("--params", default=None, metavar="FILE", help="the profile of --run (default: params/paper.yaml)")
+    p.add_argument("--params", default=None, metavar="FILE",
+                   help="the profile of --run (default: params/paper.yaml) or of --speed (default: params/smoke.yaml)")
+    p.add_argument("--subset", default=None, metavar="NAME", help="with --speed: the profile's subset NAME")
     p.add_argument("--size", default="base", help="without --run/--config: BERT preset size, e.g. base or tiny")
     p.add_argument("--attention", default="mha", help="without --run/--config: attention variant, e.g. mha, mhe_mul")
     p.add_argument("--batch-size", type=int, default=None, help="default: the configuration's, else 8")
@@ -144,6 +159,11 @@ def add_bench(sub) -> None:
     p.add_argument("--parity", default=None, choices=["decoder", "bert", "all"],
                    help="instead: our backbone against its transformers twin at an equal config, interleaved "
                         "in this process (--steps rounds after --warmup; leanlm.benchmarks.parity)")
+    p.add_argument("--speed", action="store_true",
+                   help="instead: ch. 2's pretraining time per sample of --params's BERT-MLM, BERT-S+R and "
+                        "HashFormers, interleaved rounds at its `speed` settings (Table 2.3, the speed claims; "
+                        "leanlm.benchmarks.objective_speed); writes results/<profile>/speed/ch2_hashformers.json "
+                        "unless --out")
     p.add_argument("--no-memory", action="store_true", help="with --parity: skip the peak-memory processes")
     p.add_argument("--out", default=None, help="also write the report as JSON here")
     p.set_defaults(func=cmd_bench)

@@ -22,7 +22,9 @@ from leanlm.errors import ConfigError
 KINDS = ("results", "params", "analytic")
 RENDERER_PACKAGE = "leanlm.reporting"
 _RENDERER = re.compile(r"^leanlm\.reporting(\.[A-Za-z_]\w*)+:[A-Za-z_]\w*$")
-_NAMES = ("experiments", "optional", "families", "outputs", "inputs")
+_NAMES = ("experiments", "optional", "families", "outputs", "inputs", "reads")
+# What a results table may read besides its experiments' results (`reads`): the pretraining speed record.
+READS = ("speed",)
 
 
 def tables_path() -> Path:
@@ -65,6 +67,9 @@ def check_tables(items, path: Path) -> None:
             value = spec.get(key, [])
             if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
                 raise ConfigError(f"{where}: {key} must be a list of names, not {value!r}")
+        unknown = sorted(set(spec.get("reads", [])) - set(READS))
+        if unknown:
+            raise ConfigError(f"{where}: reads {unknown}, which no rule makes; known: {', '.join(READS)}")
         if not spec.get("outputs"):
             raise ConfigError(f"{where}: names no outputs (tex, csv, pdf, png)")
         if spec["kind"] == "results" and not spec.get("experiments"):

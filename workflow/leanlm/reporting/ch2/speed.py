@@ -3,10 +3,13 @@ BERT-MLM) and ``table_2_side_by_side``, a table the thesis lacks: every hash-emb
 same backbone (HashFormers, NeuML BERT-Hash, EELBERT-style dynamic embeddings, CANINE-C), with its
 embedding parameters, speed and GLUE score.
 
-Times are what the pipeline measured on the machine that ran it (pretrain.json's
-``timing.seconds_per_sample``, glue.json's ``timing.inference_seconds_per_sample``, the latter one
-number or one per task); the caption names that hardware from the records, since a time means
-nothing without it. Speed-up (Eq. 2.8) is Time_BERT-MLM / Time_model; with per-task inference times
+Times are what the pipeline measured on the machine that ran it; the caption names that hardware from
+the records, since a time means nothing without it. Table 2.3's PT columns come from the pretraining
+speed record (rule ``pretraining_speed``, :mod:`leanlm.reporting.pretraining_speed`: every model at one
+batch, per sample, interleaved rounds, the median over rounds), the same measurement the speed claims
+read; the side-by-side table's PT column is still the training clock (pretrain.json's
+``timing.seconds_per_sample``). Inference is glue.json's ``timing.inference_seconds_per_sample``, one
+number or one per task. Speed-up (Eq. 2.8) is Time_BERT-MLM / Time_model; with per-task inference times
 it is taken per task and shown as the range over tasks, as the thesis prints "1.0x~2.4x".
 """
 
@@ -38,6 +41,7 @@ from leanlm.reporting.ch2.results import (
 )
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
+from leanlm.reporting.pretraining_speed import median_ms, protocol_text, read_speed
 from leanlm.reporting.render import Table, column_cells, fmt_mean_std, fmt_number, scale_note
 from leanlm.reporting.ch2.tables import absent_note, is_missing, printed_values, seeds_text, with_headings
 from leanlm.reporting.reported import load_reported
@@ -70,19 +74,28 @@ def inference_summary(base: dict[str, float], model: dict[str, float]) -> dict[s
             "infer_speedup_min": ups.min(), "infer_speedup_max": ups.max(), "infer_speedup_mean": ups.mean()}
 
 
-def speed_rows(profile: str, runs: Sequence[Run], baseline: Run, absent: dict) -> pd.DataFrame:
-    """Per run: pt_ms, pt_speedup, the inference summary, and the hardware of both records."""
-    base_pt = pretrain_ms_per_sample(profile, baseline)
+def speed_rows(profile: str, runs: Sequence[Run], baseline: Run, absent: dict,
+               speed: dict | None = None) -> pd.DataFrame:
+    """Per run: pt_ms, pt_speedup, the inference summary, and the hardware of both records. PT from the
+    pretraining speed record ``speed`` where given (NaN for runs it did not time: not pretrained), else
+    from each run's pretrain.json."""
+    def pt_of(run: Run) -> float:
+        return median_ms(speed, run.run_id) if speed is not None else pretrain_ms_per_sample(profile, run)
+
+    def pt_hardware(run: Run) -> str | None:
+        return speed.get("device") if speed is not None else hardware_of(profile, run, "pretrain")
+
+    base_pt = pt_of(baseline)
     base_infer = inference_ms_per_sample(profile, baseline)
     rows = []
     for run in runs:
         if run.run_id in absent:
             rows.append({"run_id": run.run_id})
             continue
-        pt = pretrain_ms_per_sample(profile, run)
+        pt = pt_of(run)
         rows.append({"run_id": run.run_id, "pt_ms": pt, "pt_speedup": base_pt / pt if pt == pt else NAN,
                      **inference_summary(base_infer, inference_ms_per_sample(profile, run)),
-                     "hardware_pretrain": hardware_of(profile, run, "pretrain") if pt == pt else None,
+                     "hardware_pretrain": pt_hardware(run) if pt == pt else None,
                      "hardware_inference": hardware_of(profile, run, "glue")})
     columns = ["run_id", "pt_ms", "pt_speedup", "infer_ms_min", "infer_ms_max", "infer_ms_mean",
                "infer_speedup_min", "infer_speedup_max", "infer_speedup_mean", "hardware_pretrain",
@@ -104,11 +117,6 @@ def hardware_sentence(speed: pd.DataFrame) -> str:
     return (text[0].upper() + text[1:] + ".") if parts else "No record names its hardware."
 
 
-def seq_len_text(config: dict) -> str:
-    lengths = sorted({config["pretrain"][o]["seq_len"] for o in ("shuffle_random", "mlm") if o in config["pretrain"]})
-    return "/".join(str(n) for n in lengths) or "?"
-
-
 # ----------------------------------------------------------------------------- Table 2.3
 def table_2_3(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     """Pretraining and inference time per sample and speed-up vs BERT-MLM (Table 2.3)."""
@@ -118,7 +126,8 @@ def table_2_3(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
     absent = absent_runs(config)
     if baseline.run_id in absent:
         raise LeanLMError(f"{table}: its baseline {baseline.run_id} is listed in absent_runs; speed-ups need it")
-    speed = speed_rows(profile, runs, baseline, absent)
+    record = read_speed(config)  # the same measurement as the speed claims (not the training clock)
+    speed = speed_rows(profile, runs, baseline, absent, speed=record)
     reported = load_reported(table)
     keys = [model_of(r).speed for r in runs]
     ref = runs.index(baseline)
@@ -166,8 +175,8 @@ def table_2_3(profile: str, config: dict, tidy: pd.DataFrame) -> Table:
         f"Pretraining (PT) and inference time per sample and speed-up rate against BERT-MLM (Table 2.3), measured "
         f"by the pipeline, each row above the thesis's printed row (all HashFormers-Emb rows beside its one "
         f"HASHFORMERS-Emb row, and so on). {hardware_sentence(speed)} The thesis used eight NVIDIA Tesla V100 "
-        f"GPUs for pretraining and one for inference. PT at sequence length {seq_len_text(config)} (the thesis: "
-        f"512); inference pads to the longest sequence of the batch"
+        f"GPUs for pretraining and one for inference. {protocol_text(record)} (the thesis: 512 tokens); "
+        f"inference pads to the longest sequence of the batch"
         + ("; ranges are over the GLUE tasks" if per_task else "") + f". {scale_note(config, 'bert')}. "
         "Bold: best per column (speed-up leaves out the baseline)."
     )
