@@ -17,6 +17,20 @@ One bootstrap draw resamples, with replacement,
 recomputes every measurement on the draw, and applies the claim's effect function. The 95% interval
 is the 2.5 and 97.5 percentiles of the effect over the draws (Efron's percentile interval).
 
+Where a model was pretrained several times (profile key ``pretrain_seeds``: each replica fine-tuned with
+the same seeds and evaluated on the same sets), a draw is *hierarchical*: it first resamples the
+pretraining seeds (one draw per list of pretraining seeds, shared by every model pretrained with them:
+replica k of A is paired with replica k of B), then, within each drawn replica, the fine-tuning seeds
+(paired as above), and the evaluation examples once per set (they are crossed with every seed). With 2-5
+pretraining seeds a percentile interval is too narrow (a bootstrap over R units has variance (R-1)/R of
+the mean's, and takes z where t with R-1 degrees of freedom is due), so the part of the draws' variance
+that the pretraining seeds add (the variance of the draws less that of the same draws with each replica
+kept in its place) is widened by sqrt(R/(R-1)) t_{R-1}/z: Hesterberg's expanded percentile interval
+(2015, "What teachers should know about the bootstrap"), applied to the one level drawn from few units
+(:func:`expansion`). tests/test_claims_pretraining.py checks its coverage on simulated data. A model
+pretrained once contributes no pretraining variance: its draws are those above, number for number, and
+its interval says ``pretraining_runs`` 1 (the report: "one pretraining run").
+
 Where no measurement kept per-example data, only seeds vary: the interval is then a paired t
 interval over the per-seed effects (:func:`seed_t_interval`), since a percentile bootstrap over the
 2-5 seeds a profile runs is far too narrow. Where a measurement has neither per-example data nor
@@ -230,17 +244,36 @@ class SeedScores:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One model's score on one evaluation: the mean over its seeds."""
+    """One model's score on one evaluation: the mean over its seeds (and over its pretraining replicas).
+
+    ``seeds``: the fine-tuning seeds of the model pretrained with the first pretraining seed; ``replicas``:
+    those of its further pretraining replicas (the same fine-tuning seeds each), and ``pretrain_seeds`` the
+    pretraining seed of each (first one's first), which pairs the replicas of different models."""
 
     seeds: tuple[SeedScores, ...]
+    replicas: tuple[tuple[SeedScores, ...], ...] = ()
+    pretrain_seeds: tuple[int, ...] = (0,)
 
     def __post_init__(self):
         if not self.seeds:
             raise ValueError("a measurement needs at least one seed")
+        if len(self.pretrain_seeds) != 1 + len(self.replicas) or len(set(self.pretrain_seeds)) != len(self.pretrain_seeds):
+            raise ValueError(f"{1 + len(self.replicas)} pretraining replicas need as many distinct pretraining seeds, "
+                             f"got {self.pretrain_seeds}")
+        for seed, replica in zip(self.pretrain_seeds[1:], self.replicas):
+            if tuple(s.seed for s in replica) != self.seed_ids:
+                raise ValueError(f"the replica pretrained with seed {seed} has fine-tuning seeds "
+                                 f"{tuple(s.seed for s in replica)}, the first {self.seed_ids}: replicas are "
+                                 "fine-tuned alike")
+
+    @property
+    def pretrained(self) -> tuple[tuple[SeedScores, ...], ...]:
+        """Every pretraining replica's seeds, the first replica's first."""
+        return (self.seeds, *self.replicas)
 
     @property
     def value(self) -> float:
-        return float(np.mean([s.value for s in self.seeds]))
+        return float(np.mean([np.mean([s.value for s in seeds]) for seeds in self.pretrained]))
 
     @property
     def seed_ids(self) -> tuple[int, ...]:
@@ -248,7 +281,7 @@ class Measurement:
 
     @property
     def per_example(self) -> bool:
-        return all(s.examples is not None for s in self.seeds)
+        return all(s.examples is not None for seeds in self.pretrained for s in seeds)
 
 
 @dataclass(frozen=True)
@@ -260,16 +293,41 @@ class Interval:
     high: float
     level: float
     draws: int
-    basis: str  # "examples+seeds", "examples", "seeds" or "none" (nothing to resample)
+    basis: str  # "examples+seeds", "examples", "seeds" or "none" (nothing to resample); "pretraining+..." too
     extra: dict = field(default_factory=dict)
+    # the fewest pretraining runs of a compared model: 1 where some model was pretrained once, whose
+    # pretraining variance the interval then does not cover
+    pretraining_runs: int = 1
 
     @property
     def width(self) -> float:
         return self.high - self.low
 
 
+def pretraining_runs(measurements: Sequence[Measurement]) -> int:
+    """The fewest pretraining replicas among ``measurements`` (1: some model was pretrained once)."""
+    return min((len(m.pretrained) for m in measurements), default=1)
+
+
+def expansion(runs: int, level: float) -> float:
+    """How much wider than its bootstrap spread the pretraining seeds' part of an interval is made when
+    ``runs`` of them were drawn: sqrt(R/(R-1)) t_{R-1}/z at ``level`` (see the module docstring)."""
+    from scipy import stats as sps
+
+    q = 0.5 + level / 2
+    return float(np.sqrt(runs / (runs - 1)) * sps.t.ppf(q, runs - 1) / sps.norm.ppf(q))
+
+
 def basis_of(measurements: Sequence[Measurement]) -> str:
-    """What a bootstrap over these measurements resamples: examples, seeds, both, or nothing."""
+    """What a bootstrap over these measurements resamples: examples, seeds, both, or nothing; and
+    "pretraining+" before it where every model has several pretraining replicas."""
+    inner = _inner_basis(measurements)
+    if pretraining_runs(measurements) < 2:
+        return inner
+    return "pretraining" if inner == "none" else f"pretraining+{inner}"
+
+
+def _inner_basis(measurements: Sequence[Measurement]) -> str:
     examples = all(m.per_example for m in measurements)
     seeds = all(len(m.seeds) >= 2 for m in measurements)
     if examples and seeds:
@@ -282,15 +340,21 @@ def basis_of(measurements: Sequence[Measurement]) -> str:
 
 
 def measurement_draws(measurements: Mapping[str, Measurement], draws: int, rng: np.random.Generator,
-                      observed: bool = False) -> dict[str, np.ndarray]:
+                      observed: bool = False, only: str | None = None) -> dict[str, np.ndarray]:
     """Every measurement recomputed on ``draws`` paired bootstrap draws (or once, observed, when
     ``observed``): ``{key: array (draws,)}``. Example indices are shared per evaluation set (when the
-    sets have the same length), seed draws per list of seed ids."""
+    sets have the same length), seed draws per list of seed ids, pretraining-seed draws per list of
+    pretraining seeds. ``only``: for models of several pretraining replicas, resample one level alone
+    ("pretraining" seeds or "examples"), to tell the variance each adds."""
     example_idx: dict[tuple, np.ndarray] = {}
     seed_pos: dict[tuple, np.ndarray] = {}
+    pretrain_pos: dict[tuple, np.ndarray] = {}
     out = {}
     for key in sorted(measurements):
         m = measurements[key]
+        if m.replicas:
+            out[key] = _replicated_draws(key, m, draws, rng, observed, only, example_idx, seed_pos, pretrain_pos)
+            continue
         k = len(m.seeds)
         if observed:
             pos = np.tile(np.arange(k), (1, 1))
@@ -309,6 +373,37 @@ def measurement_draws(measurements: Mapping[str, Measurement], draws: int, rng: 
     return out
 
 
+def _replicated_draws(key: str, m: Measurement, draws: int, rng: np.random.Generator, observed: bool,
+                      only: str | None, example_idx: dict, seed_pos: dict, pretrain_pos: dict) -> np.ndarray:
+    """A measurement of several pretraining replicas on the draws (see the module docstring): R slots, each
+    a drawn replica whose fine-tuning seeds are drawn in turn (slot j's draw shared by every model: paired),
+    on the draw's examples; the mean over the slots. ``only``: resample that level alone ("pretraining" or
+    "examples"), the others kept in place."""
+    replicas, k = len(m.pretrained), len(m.seeds)
+    if observed:
+        return np.array([m.value])
+    order = pretrain_pos.setdefault(m.pretrain_seeds, rng.integers(0, replicas, size=(draws, replicas)))
+    if only == "examples":
+        order = np.broadcast_to(np.arange(replicas), (draws, replicas))
+
+    def on(s: SeedScores) -> np.ndarray:
+        n = max(s.n_examples, 1)
+        if only == "pretraining":
+            return np.broadcast_to(s.on(np.arange(n)[None, :]), (draws,))
+        return s.on(example_idx.setdefault((s.eval_set or key, n), rng.integers(0, n, size=(draws, n))))
+
+    values = np.stack([np.stack([on(s) for s in seeds]) for seeds in m.pretrained])  # (replicas, k, draws)
+    column = np.arange(draws)[:, None]
+    total = np.zeros(draws)
+    for slot in range(replicas):
+        # slot 0 shares its seed draw with the models pretrained once (paired with them as before)
+        pos = seed_pos.setdefault(m.seed_ids if slot == 0 else (m.seed_ids, slot), rng.integers(0, k, size=(draws, k)))
+        if only is not None:
+            pos = np.broadcast_to(np.arange(k), (draws, k))
+        total += values[order[:, slot][:, None], pos, column].mean(axis=1)
+    return total / replicas
+
+
 def paired_bootstrap(measurements: Mapping[str, Measurement],
                      effect: Callable[[Mapping[str, np.ndarray]], np.ndarray],
                      draws: int = DEFAULT_DRAWS, level: float = LEVEL, seed: int = 0) -> Interval:
@@ -319,21 +414,66 @@ def paired_bootstrap(measurements: Mapping[str, Measurement],
     rng = np.random.default_rng(seed)
     estimate = float(np.asarray(effect(measurement_draws(measurements, 1, rng, observed=True)))[0])
     basis = basis_of(list(measurements.values()))
-    if basis == "seeds" and not any(s.examples is not None for m in measurements.values() for s in m.seeds):
-        seeds_t = seed_t_interval(measurements, effect, estimate, level)
+    runs = pretraining_runs(list(measurements.values()))
+    no_examples = not any(s.examples is not None for m in measurements.values() for seeds in m.pretrained for s in seeds)
+    if basis in ("seeds", "pretraining+seeds", "pretraining") and no_examples:
+        seeds_t = (pretraining_t_interval(measurements, effect, estimate, level) if runs >= 2 else
+                   seed_t_interval(measurements, effect, estimate, level))
         if seeds_t is not None:
             return seeds_t
-    # in chunks of at most DEFAULT_DRAWS (each chunk pairs its own draws), so that the many draws of a
-    # high level do not hold every index matrix at once
-    chunks = [min(DEFAULT_DRAWS, draws - start) for start in range(0, draws, DEFAULT_DRAWS)]
-    samples = np.concatenate([np.asarray(effect(measurement_draws(measurements, n, rng)), dtype=float).reshape(-1)
-                              for n in chunks])
+    samples = _effect_draws(measurements, effect, draws, rng, None)
     finite = samples[np.isfinite(samples)]
     if finite.size < 0.9 * draws or not np.isfinite(estimate):
-        return Interval(estimate, float("nan"), float("nan"), level, draws, "undefined")
+        return Interval(estimate, float("nan"), float("nan"), level, draws, "undefined", pretraining_runs=runs)
     alpha = (1 - level) / 2
     low, high = np.quantile(finite, [alpha, 1 - alpha])
-    return Interval(estimate, float(low), float(high), level, draws, basis)
+    if runs >= 2:
+        # The spread the interval should have: the pretraining seeds' (their replicas' means carry everything
+        # nested in them: fine-tuning seeds, each model's own noise on the examples), widened for their few
+        # units, and the examples' (crossed with every replica, so absent from the replicas' spread).
+        wanted = (expansion(runs, level) ** 2 * _variance(measurements, effect, draws, seed, "pretraining")
+                  + _variance(measurements, effect, draws, seed, "examples"))
+        total = float(np.var(finite))
+        if total > 0 and np.isfinite(wanted):
+            widen = np.sqrt(wanted / total)
+            low, high = estimate - widen * (estimate - low), estimate + widen * (high - estimate)
+    return Interval(estimate, float(low), float(high), level, draws, basis, pretraining_runs=runs)
+
+
+def _variance(measurements: Mapping[str, Measurement], effect, draws: int, seed: int, only: str) -> float:
+    """The variance of the effect over draws that resample level ``only`` alone."""
+    values = _effect_draws(measurements, effect, draws, np.random.default_rng(seed), only)
+    values = values[np.isfinite(values)]
+    return float(np.var(values)) if values.size else float("nan")
+
+
+def _effect_draws(measurements: Mapping[str, Measurement], effect, draws: int, rng: np.random.Generator,
+                  only: str | None) -> np.ndarray:
+    """The effect on ``draws`` bootstrap draws, in chunks of at most DEFAULT_DRAWS (each chunk pairs its own
+    draws), so that the many draws of a high level do not hold every index matrix at once."""
+    chunks = [min(DEFAULT_DRAWS, draws - start) for start in range(0, draws, DEFAULT_DRAWS)]
+    return np.concatenate([np.asarray(effect(measurement_draws(measurements, n, rng, only=only)),
+                                      dtype=float).reshape(-1) for n in chunks])
+
+
+def pretraining_t_interval(measurements: Mapping[str, Measurement], effect, estimate: float,
+                           level: float) -> Interval | None:
+    """Seed-level data of models pretrained several times: a paired t interval over the per-replica effects
+    (each replica's effect from its measurements' means over fine-tuning seeds), with R-1 degrees of
+    freedom. None when the models do not share one list of pretraining seeds."""
+    from scipy import stats as sps
+
+    seed_lists = {m.pretrain_seeds for m in measurements.values()}
+    if len(seed_lists) != 1:
+        return None
+    runs = len(next(iter(seed_lists)))
+    per_replica = np.array([float(np.asarray(effect({key: np.array([np.mean([s.value for s in m.pretrained[r]])])
+                                                     for key, m in measurements.items()}))[0]) for r in range(runs)])
+    basis = basis_of(list(measurements.values()))
+    if not np.isfinite(per_replica).all():
+        return Interval(estimate, float("nan"), float("nan"), level, 0, "undefined", pretraining_runs=runs)
+    half = sps.t.ppf(0.5 + level / 2, runs - 1) * per_replica.std(ddof=1) / np.sqrt(runs)
+    return Interval(estimate, float(estimate - half), float(estimate + half), level, 0, basis, pretraining_runs=runs)
 
 
 def seed_t_interval(measurements: Mapping[str, Measurement], effect, estimate: float, level: float) -> Interval | None:
