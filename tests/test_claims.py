@@ -169,20 +169,25 @@ def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_roo
     assert "no results of ch2_hashformers-lsh_add" in df.set_index("claim").loc["ch2_no_results", "reason"]
     assert "not run at this profile" in df.set_index("claim").loc["ch4_not_in_profile", "reason"]
     md = (scratch_root / "paper_tables" / "smoke" / "claims.md").read_text()
-    assert "> A sentence the thesis prints" in md and "## ch2_clear_win: **supported**" in md
+    # every judged verdict says its models were pretrained once, and the report what its intervals do not cover
+    assert "> A sentence the thesis prints" in md and "## ch2_clear_win: **supported, one pretraining run**" in md
+    assert "## ch2_no_results: **not run**" in md and "not pretraining variance" in md
     tex = (scratch_root / "paper_tables" / "smoke" / "claims.tex").read_text()
-    assert r"ch2\_clear\_win" in tex and r"\textbf{supported}" in tex
+    assert r"ch2\_clear\_win" in tex and r"\textbf{supported}, one pretraining run" in tex
     # The end of a run: every claim's verdict, one line each, then the count.
     capsys.readouterr()
     print_summary("smoke")
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("leanlm: the thesis's claims at profile smoke")
     # each line: the claim, its verdict, then the part it rests on (effect and interval, or why not judged)
-    assert [line.split()[:1 + len(v.split())] for line, v in zip(printed[1:7], verdict.values())] == \
-        [[c, *v.split()] for c, v in verdict.items()]
+    shown = {c: f"{v}, one pretraining run" if v in ("supported", "contradicted", "inconclusive") else v
+             for c, v in verdict.items()}
+    assert [line.split()[:1 + len(v.split())] for line, v in zip(printed[1:7], shown.values())] == \
+        [[c, *v.split()] for c, v in shown.items()]
     assert all(" part " in line for line in printed[1:7]), printed
     assert printed[7].startswith("leanlm: claims at profile smoke: 2 supported, 1 contradicted, 1 inconclusive")
     assert "2 not run" in printed[7]
+    assert printed[8].startswith("leanlm: 3 verdict(s) rest on models pretrained once"), printed[8]
 
 
 def test_seed_level_fallback_when_no_per_example_data(scratch_root):

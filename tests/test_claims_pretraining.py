@@ -137,3 +137,40 @@ def test_replicas_must_be_fine_tuned_alike():
         Measurement((SeedScores(0, 1.0), SeedScores(1, 1.0)), replicas=((SeedScores(0, 1.0),),), pretrain_seeds=(0, 1))
     with pytest.raises(ValueError, match="distinct pretraining seeds"):
         Measurement((SeedScores(0, 1.0),), replicas=((SeedScores(0, 1.0),),), pretrain_seeds=(0,))
+
+
+def test_the_claims_read_every_pretraining_replica_of_their_runs(scratch_root):
+    """A profile that pretrains the compared runs 3 times: each part's interval resamples the pretraining
+    seeds (basis pretraining+...), the report says "3 pretraining runs"; a replica without results makes
+    the part "not run", naming its file."""
+    import yaml
+
+    from leanlm.claims.report import evaluate_all, markdown, to_frame
+    from leanlm.config import _load_matrix_cached, load_config
+    from test_claims import BASE, _write_claims, _write_run
+
+    path = scratch_root / "params" / "smoke.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch2_hashformers"]}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    _load_matrix_cached.cache_clear()
+    config = load_config(path)
+    tasks = config["finetune"]["glue"]["tasks"]
+    for suffix, shift in (("", 0.0), ("@p1", 0.03), ("@p2", -0.02)):
+        _write_run(scratch_root, config, f"ch2_hashformers-lsh_pool{suffix}", 0.85 + shift, seeds=(0, 1), tasks=tasks)
+        _write_run(scratch_root, config, f"ch2_hashformers-md5_pool{suffix}", 0.60 - shift, seeds=(0, 1), tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-md5_add", 0.6, seeds=(0, 1), tasks=tasks)
+    claims = _write_claims(scratch_root, [
+        {**BASE, "id": "ch2_replicated", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]]},
+        {**BASE, "id": "ch2_replica_missing", "pairs": [["ch2_hashformers-md5_add", "ch2_hashformers-md5_pool"]]}])
+    results = evaluate_all(config, draws=200, claims_file=claims)
+    replicated, missing = results
+    part = replicated.parts[0]
+    assert replicated.verdict == "supported"
+    assert part.interval.basis == "pretraining+examples+seeds" and part.interval.pretraining_runs == 3
+    assert missing.verdict == "not run" and "ch2_hashformers-md5_add@p1" in missing.parts[0].reason
+    md = markdown("smoke", results)
+    assert "## ch2_replicated: **supported, 3 pretraining runs**" in md
+    assert "Every judged claim's models were pretrained several times" in md
+    frame = to_frame(results).set_index("claim")
+    assert frame.loc["ch2_replicated", "pretraining_runs"] == 3 == frame.loc["ch2_replicated", "claim_pretraining_runs"]

@@ -132,14 +132,14 @@ def base_run_id(run_id: str) -> str:
     return base if mark and base and seed.isdigit() else run_id
 
 
-def replica_ids(config: dict, run_id: str) -> list[str]:
-    """The run ids of matrix run ``run_id``'s pretraining replicas, first seed (``run_id`` itself) first:
-    ``[run_id]`` where its experiment is pretrained once or its objective has no seed."""
-    experiment = run_id.split("-", 1)[0]
-    if experiment not in config.get("_matrix", {}):
-        return [run_id]
-    replicas = [r.run_id for r in runs(config, with_replicas=True) if base_run_id(r.run_id) == run_id]
-    return replicas or [run_id]
+def replica_groups(config: dict) -> dict[str, list[str]]:
+    """``{run_id: [its pretraining replicas' run ids]}`` of every matrix run the profile runs, the first
+    seed's (the run itself) first: ``[run_id]`` where its experiment is pretrained once or its objective has
+    no seed."""
+    out: dict[str, list[str]] = {}
+    for run in runs(config, with_replicas=True):
+        out.setdefault(base_run_id(run.run_id), []).append(run.run_id)
+    return out
 
 
 def runs(config: dict, with_replicas: bool = False) -> list[Run]:

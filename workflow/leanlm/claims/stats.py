@@ -17,19 +17,11 @@ One bootstrap draw resamples, with replacement,
 recomputes every measurement on the draw, and applies the claim's effect function. The 95% interval
 is the 2.5 and 97.5 percentiles of the effect over the draws (Efron's percentile interval).
 
-Where a model was pretrained several times (profile key ``pretrain_seeds``: each replica fine-tuned with
-the same seeds and evaluated on the same sets), a draw is *hierarchical*: it first resamples the
-pretraining seeds (one draw per list of pretraining seeds, shared by every model pretrained with them:
-replica k of A is paired with replica k of B), then, within each drawn replica, the fine-tuning seeds
-(paired as above), and the evaluation examples once per set (they are crossed with every seed). With 2-5
-pretraining seeds a percentile interval is too narrow (a bootstrap over R units has variance (R-1)/R of
-the mean's, and takes z where t with R-1 degrees of freedom is due), so the part of the draws' variance
-that the pretraining seeds add (the variance of the draws less that of the same draws with each replica
-kept in its place) is widened by sqrt(R/(R-1)) t_{R-1}/z: Hesterberg's expanded percentile interval
-(2015, "What teachers should know about the bootstrap"), applied to the one level drawn from few units
-(:func:`expansion`). tests/test_claims_pretraining.py checks its coverage on simulated data. A model
-pretrained once contributes no pretraining variance: its draws are those above, number for number, and
-its interval says ``pretraining_runs`` 1 (the report: "one pretraining run").
+Where a model was pretrained several times (profile key ``pretrain_seeds``), a draw is hierarchical:
+pretraining seeds first, then fine-tuning seeds, then examples, paired across models at every level, and
+the pretraining seeds' share of the spread is widened for their few units (:mod:`leanlm.claims.hierarchical`).
+A model pretrained once contributes no pretraining variance: its draws are those above, number for number,
+and its interval says ``pretraining_runs`` 1 (the report: "one pretraining run").
 
 Where no measurement kept per-example data, only seeds vary: the interval is then a paired t
 interval over the per-seed effects (:func:`seed_t_interval`), since a percentile bootstrap over the
@@ -44,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+
+from leanlm.claims.hierarchical import expansion, replica_t_bounds, replicated_draws, widened  # noqa: F401
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "supported", "contradicted", "inconclusive", "not run"
 # A part this scale cannot judge: its precondition does not hold (e.g. every model at chance), or its
@@ -309,15 +303,6 @@ def pretraining_runs(measurements: Sequence[Measurement]) -> int:
     return min((len(m.pretrained) for m in measurements), default=1)
 
 
-def expansion(runs: int, level: float) -> float:
-    """How much wider than its bootstrap spread the pretraining seeds' part of an interval is made when
-    ``runs`` of them were drawn: sqrt(R/(R-1)) t_{R-1}/z at ``level`` (see the module docstring)."""
-    from scipy import stats as sps
-
-    q = 0.5 + level / 2
-    return float(np.sqrt(runs / (runs - 1)) * sps.t.ppf(q, runs - 1) / sps.norm.ppf(q))
-
-
 def basis_of(measurements: Sequence[Measurement]) -> str:
     """What a bootstrap over these measurements resamples: examples, seeds, both, or nothing; and
     "pretraining+" before it where every model has several pretraining replicas."""
@@ -353,7 +338,7 @@ def measurement_draws(measurements: Mapping[str, Measurement], draws: int, rng: 
     for key in sorted(measurements):
         m = measurements[key]
         if m.replicas:
-            out[key] = _replicated_draws(key, m, draws, rng, observed, only, example_idx, seed_pos, pretrain_pos)
+            out[key] = replicated_draws(key, m, draws, rng, observed, only, example_idx, seed_pos, pretrain_pos)
             continue
         k = len(m.seeds)
         if observed:
@@ -371,37 +356,6 @@ def measurement_draws(measurements: Mapping[str, Measurement], draws: int, rng: 
         values = np.stack(per_seed)  # (k, draws)
         out[key] = np.take_along_axis(values, pos.T, axis=0).mean(axis=0)
     return out
-
-
-def _replicated_draws(key: str, m: Measurement, draws: int, rng: np.random.Generator, observed: bool,
-                      only: str | None, example_idx: dict, seed_pos: dict, pretrain_pos: dict) -> np.ndarray:
-    """A measurement of several pretraining replicas on the draws (see the module docstring): R slots, each
-    a drawn replica whose fine-tuning seeds are drawn in turn (slot j's draw shared by every model: paired),
-    on the draw's examples; the mean over the slots. ``only``: resample that level alone ("pretraining" or
-    "examples"), the others kept in place."""
-    replicas, k = len(m.pretrained), len(m.seeds)
-    if observed:
-        return np.array([m.value])
-    order = pretrain_pos.setdefault(m.pretrain_seeds, rng.integers(0, replicas, size=(draws, replicas)))
-    if only == "examples":
-        order = np.broadcast_to(np.arange(replicas), (draws, replicas))
-
-    def on(s: SeedScores) -> np.ndarray:
-        n = max(s.n_examples, 1)
-        if only == "pretraining":
-            return np.broadcast_to(s.on(np.arange(n)[None, :]), (draws,))
-        return s.on(example_idx.setdefault((s.eval_set or key, n), rng.integers(0, n, size=(draws, n))))
-
-    values = np.stack([np.stack([on(s) for s in seeds]) for seeds in m.pretrained])  # (replicas, k, draws)
-    column = np.arange(draws)[:, None]
-    total = np.zeros(draws)
-    for slot in range(replicas):
-        # slot 0 shares its seed draw with the models pretrained once (paired with them as before)
-        pos = seed_pos.setdefault(m.seed_ids if slot == 0 else (m.seed_ids, slot), rng.integers(0, k, size=(draws, k)))
-        if only is not None:
-            pos = np.broadcast_to(np.arange(k), (draws, k))
-        total += values[order[:, slot][:, None], pos, column].mean(axis=1)
-    return total / replicas
 
 
 def paired_bootstrap(measurements: Mapping[str, Measurement],
@@ -427,16 +381,10 @@ def paired_bootstrap(measurements: Mapping[str, Measurement],
         return Interval(estimate, float("nan"), float("nan"), level, draws, "undefined", pretraining_runs=runs)
     alpha = (1 - level) / 2
     low, high = np.quantile(finite, [alpha, 1 - alpha])
-    if runs >= 2:
-        # The spread the interval should have: the pretraining seeds' (their replicas' means carry everything
-        # nested in them: fine-tuning seeds, each model's own noise on the examples), widened for their few
-        # units, and the examples' (crossed with every replica, so absent from the replicas' spread).
-        wanted = (expansion(runs, level) ** 2 * _variance(measurements, effect, draws, seed, "pretraining")
-                  + _variance(measurements, effect, draws, seed, "examples"))
-        total = float(np.var(finite))
-        if total > 0 and np.isfinite(wanted):
-            widen = np.sqrt(wanted / total)
-            low, high = estimate - widen * (estimate - low), estimate + widen * (high - estimate)
+    if runs >= 2:  # widened for the few pretraining seeds (leanlm.claims.hierarchical)
+        low, high = widened(estimate, low, high, float(np.var(finite)),
+                            _variance(measurements, effect, draws, seed, "pretraining"),
+                            _variance(measurements, effect, draws, seed, "examples"), runs, level)
     return Interval(estimate, float(low), float(high), level, draws, basis, pretraining_runs=runs)
 
 
@@ -459,21 +407,18 @@ def _effect_draws(measurements: Mapping[str, Measurement], effect, draws: int, r
 def pretraining_t_interval(measurements: Mapping[str, Measurement], effect, estimate: float,
                            level: float) -> Interval | None:
     """Seed-level data of models pretrained several times: a paired t interval over the per-replica effects
-    (each replica's effect from its measurements' means over fine-tuning seeds), with R-1 degrees of
-    freedom. None when the models do not share one list of pretraining seeds."""
-    from scipy import stats as sps
-
+    (each from its measurements' means over fine-tuning seeds). None when the models do not share one list
+    of pretraining seeds."""
     seed_lists = {m.pretrain_seeds for m in measurements.values()}
     if len(seed_lists) != 1:
         return None
     runs = len(next(iter(seed_lists)))
     per_replica = np.array([float(np.asarray(effect({key: np.array([np.mean([s.value for s in m.pretrained[r]])])
                                                      for key, m in measurements.items()}))[0]) for r in range(runs)])
-    basis = basis_of(list(measurements.values()))
     if not np.isfinite(per_replica).all():
         return Interval(estimate, float("nan"), float("nan"), level, 0, "undefined", pretraining_runs=runs)
-    half = sps.t.ppf(0.5 + level / 2, runs - 1) * per_replica.std(ddof=1) / np.sqrt(runs)
-    return Interval(estimate, float(estimate - half), float(estimate + half), level, 0, basis, pretraining_runs=runs)
+    low, high = replica_t_bounds(per_replica, estimate, level)
+    return Interval(estimate, low, high, level, 0, basis_of(list(measurements.values())), pretraining_runs=runs)
 
 
 def seed_t_interval(measurements: Mapping[str, Measurement], effect, estimate: float, level: float) -> Interval | None:
