@@ -9,6 +9,12 @@ trains with (its variants laid over the profile's), which the pretrain/finetune/
 it hashes its tokens (:func:`check_run_tokenizer`: only with a hash embedding); :func:`public` the config
 without the loader's keys.
 
+A profile's ``pretrain_seeds`` pretrains the runs of some experiments once per seed: :func:`runs` with
+``with_replicas`` adds each further replica (``<experiment>-<run>@p<seed>``, :data:`REPLICA_MARK`) after its
+run, the run itself being the replica of :data:`PRETRAIN_SEED`; :func:`replica_seed`, :func:`base_run_id` and
+:func:`replica_groups` read replicas back from run ids. Without ``with_replicas``, the matrix's runs alone:
+what the tables show.
+
 The config these functions take is one :func:`leanlm.config.load_config` returned: that module loads
 and validates the profile and the matrix (its cross-file checks call :func:`runs`); this one does not
 import it, so the two cannot form an import cycle.
