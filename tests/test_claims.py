@@ -187,7 +187,7 @@ def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_roo
     assert all(" part " in line for line in printed[1:7]), printed
     assert printed[7].startswith("leanlm: claims at profile smoke: 2 supported, 1 contradicted, 1 inconclusive")
     assert "2 not run" in printed[7]
-    assert printed[8].startswith("leanlm: 3 verdict(s) rest on models pretrained once"), printed[8]
+    assert printed[8].startswith("leanlm: 4 verdict(s) rest on models pretrained once"), printed[8]
 
 
 def test_seed_level_fallback_when_no_per_example_data(scratch_root):
@@ -220,12 +220,14 @@ def test_a_family_the_subset_leaves_out_is_not_run_even_with_results_on_disk(scr
     the subset, even where an earlier whole-profile run left GLUE results on disk; their perplexity runs."""
     from leanlm.claims.report import evaluate_all
     from leanlm.config import load_config
+    from leanlm.runs import replica_groups
 
     signal = scratch_root / "params" / "signal.yaml"
     config = load_config(signal, subset="cpu")
     tasks = config["finetune"]["glue"]["tasks"]
     for run_id, rate in (("ch3_decoder-mhe_mul", 0.85), ("ch3_decoder-sha", 0.55)):
-        _write_run(scratch_root, config, run_id, rate, tasks=tasks)
+        for replica in replica_groups(config)[run_id]:  # signal pretrains them 3 times (pretrain_seeds)
+            _write_run(scratch_root, config, replica, rate, tasks=tasks)
     path = _write_claims(scratch_root, [
         {**BASE, "id": "ch3_glue_left_out", "chapter": 3, "pairs": [["ch3_decoder-mhe_mul", "ch3_decoder-sha"]]}])
     (result,) = evaluate_all(config, draws=200, claims_file=path)

@@ -53,7 +53,10 @@ def verdict_text(verdict: str, pretraining_runs) -> str:
 
 def uncovered_sentence(results: list[ClaimResult]) -> str:
     """What the intervals do not cover: pretraining variance, where a claim's models were pretrained once."""
-    once = sum(1 for cr in results if cr.verdict in JUDGED and claim_pretraining_runs(cr) == 1)
+    judged = [cr for cr in results if cr.verdict in JUDGED and claim_pretraining_runs(cr) is not None]
+    once = sum(1 for cr in judged if claim_pretraining_runs(cr) == 1)
+    if not judged:
+        return "No claim was judged at this profile, so no interval is reported."
     if not once:
         return ("Every judged claim's models were pretrained several times: its interval resamples the pretraining "
                 "seeds too (hierarchical bootstrap).")
