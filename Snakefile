@@ -35,7 +35,8 @@ PARAMS_FILE = workflow.configfiles[-1] if workflow.configfiles else "params/smok
 SUBSET = config.get("subset") or None
 CFG = load_config(PARAMS_FILE, subset=SUBSET)
 PROFILE = CFG["profile"]
-RUNS = {run.run_id: run for run in runs(CFG)}
+# every pretrained model, each further pretraining replica (profile key pretrain_seeds) a run of its own
+RUNS = {run.run_id: run for run in runs(CFG, with_replicas=True)}
 # UTF-8, no repeated key; every renderer a function of leanlm.reporting (a renderer is code a params file names)
 TABLES = load_tables("params/tables.yaml")
 

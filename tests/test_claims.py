@@ -169,20 +169,25 @@ def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_roo
     assert "no results of ch2_hashformers-lsh_add" in df.set_index("claim").loc["ch2_no_results", "reason"]
     assert "not run at this profile" in df.set_index("claim").loc["ch4_not_in_profile", "reason"]
     md = (scratch_root / "paper_tables" / "smoke" / "claims.md").read_text()
-    assert "> A sentence the thesis prints" in md and "## ch2_clear_win: **supported**" in md
+    # every judged verdict says its models were pretrained once, and the report what its intervals do not cover
+    assert "> A sentence the thesis prints" in md and "## ch2_clear_win: **supported, one pretraining run**" in md
+    assert "## ch2_no_results: **not run**" in md and "not pretraining variance" in md
     tex = (scratch_root / "paper_tables" / "smoke" / "claims.tex").read_text()
-    assert r"ch2\_clear\_win" in tex and r"\textbf{supported}" in tex
+    assert r"ch2\_clear\_win" in tex and r"\textbf{supported}, one pretraining run" in tex
     # The end of a run: every claim's verdict, one line each, then the count.
     capsys.readouterr()
     print_summary("smoke")
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("leanlm: the thesis's claims at profile smoke")
     # each line: the claim, its verdict, then the part it rests on (effect and interval, or why not judged)
-    assert [line.split()[:1 + len(v.split())] for line, v in zip(printed[1:7], verdict.values())] == \
-        [[c, *v.split()] for c, v in verdict.items()]
+    shown = {c: f"{v}, one pretraining run" if v in ("supported", "contradicted", "inconclusive") else v
+             for c, v in verdict.items()}
+    assert [line.split()[:1 + len(v.split())] for line, v in zip(printed[1:7], shown.values())] == \
+        [[c, *v.split()] for c, v in shown.items()]
     assert all(" part " in line for line in printed[1:7]), printed
     assert printed[7].startswith("leanlm: claims at profile smoke: 2 supported, 1 contradicted, 1 inconclusive")
     assert "2 not run" in printed[7]
+    assert printed[8].startswith("leanlm: 4 verdict(s) rest on models pretrained once"), printed[8]
 
 
 def test_seed_level_fallback_when_no_per_example_data(scratch_root):
@@ -215,12 +220,14 @@ def test_a_family_the_subset_leaves_out_is_not_run_even_with_results_on_disk(scr
     the subset, even where an earlier whole-profile run left GLUE results on disk; their perplexity runs."""
     from leanlm.claims.report import evaluate_all
     from leanlm.config import load_config
+    from leanlm.runs import replica_groups
 
     signal = scratch_root / "params" / "signal.yaml"
     config = load_config(signal, subset="cpu")
     tasks = config["finetune"]["glue"]["tasks"]
     for run_id, rate in (("ch3_decoder-mhe_mul", 0.85), ("ch3_decoder-sha", 0.55)):
-        _write_run(scratch_root, config, run_id, rate, tasks=tasks)
+        for replica in replica_groups(config)[run_id]:  # signal pretrains them 3 times (pretrain_seeds)
+            _write_run(scratch_root, config, replica, rate, tasks=tasks)
     path = _write_claims(scratch_root, [
         {**BASE, "id": "ch3_glue_left_out", "chapter": 3, "pairs": [["ch3_decoder-mhe_mul", "ch3_decoder-sha"]]}])
     (result,) = evaluate_all(config, draws=200, claims_file=path)

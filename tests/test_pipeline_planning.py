@@ -50,3 +50,32 @@ def planned_jobs_for(project, params: str) -> dict[str, int]:
     out = snakemake(project, "-n", "--configfile", params)
     table = out.split("Job stats:", 1)[1]
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+
+
+def test_pretraining_replicas_are_planned_as_runs_of_their_own(project):
+    """pretrain_seeds: each listed experiment's trained runs plan one more pretraining per further seed and
+    its fine-tuning jobs; the other jobs are those the profile planned without the key."""
+    from leanlm.config import _load_matrix_cached, load_config
+    from leanlm.runs import runs
+
+    root, env = project
+    paper = root / "params" / "paper.yaml"
+    original = paper.read_text()
+    try:
+        doc = yaml.safe_load(original)
+        doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch3_encoder"]}
+        paper.write_text(yaml.safe_dump(doc, sort_keys=False))
+        jobs = planned_jobs_for(project, "params/paper.yaml")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("LEANLM_ROOT", str(root))
+            _load_matrix_cached.cache_clear()
+            matrix = runs(load_config(paper))
+            _load_matrix_cached.cache_clear()
+        encoder = [r for r in matrix if r.experiment == "ch3_encoder"]
+        assert jobs["pretrain"] == sum(1 for r in matrix if not r.evaluate_from) + 2 * len(encoder)
+        assert jobs["finetune"] == sum(len(r.finetune) for r in matrix) + 2 * sum(len(r.finetune) for r in encoder)
+        # (the target before --configfile, which takes every value after it)
+        out = snakemake(project, "-n", "models/paper/ch3_encoder-mha@p2/model.safetensors", "--configfile", "params/paper.yaml")
+        assert "ch3_encoder-mha@p2" in out and re.search(r"^pretrain\s+1$", out, re.M), out[-2000:]
+    finally:
+        paper.write_text(original)

@@ -278,11 +278,12 @@ def budget(config: dict, tokens_per_example: int = 128) -> Budget:
 
     result = Budget(config["profile"])
     pretrained: dict[str, RunBudget] = {}
-    for run in runs(config):
+    every = runs(config, with_replicas=True)  # each pretraining replica costs a run's budget
+    for run in every:
         if run.objective in _HEADS and not run.evaluate_from:
             pretrained[run.run_id] = pretrain_budget(config, run)
     result.pretrain = list(pretrained.values())
-    for run in runs(config):
+    for run in every:
         result.finetune.extend(finetune_budgets(config, run, pretrained, tokens_per_example, result.notes))
     counts: dict[str, int] = {}
     for note in result.notes:
@@ -290,7 +291,7 @@ def budget(config: dict, tokens_per_example: int = 128) -> Budget:
     result.notes = [f"{note} ({n} runs)" for note, n in counts.items()]
     # One token stream per (corpus, tokenizer) at least as long as the longest schedule that reads it.
     longest: dict[tuple[str, str], tuple[int, int]] = {}
-    for run in runs(config):
+    for run in every:
         if run.run_id in pretrained and run.objective != "translation":
             key = (run.pretrain_corpus or "corpus", run.pretrain_tokenizer or run.tokenizer)
             b = pretrained[run.run_id]

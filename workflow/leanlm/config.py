@@ -31,7 +31,7 @@ from typing import Any
 
 from leanlm import paths
 from leanlm.errors import ConfigError
-from leanlm.runs import FAMILY_READING_OBJECTIVES, absent_runs
+from leanlm.runs import FAMILY_READING_OBJECTIVES, PRETRAIN_SEED, absent_runs
 from leanlm.schemas import read_params_yaml as _read_yaml
 from leanlm.schemas import schema as _schema
 from leanlm.schemas import validate as _validate
@@ -69,6 +69,7 @@ def load_config(params_file: str | Path | None = None, subset: str | None = None
     _validate(config, _schema("params.schema.json"), path)
     _check_profile_file(config, path)
     matrix = load_matrix()
+    _check_pretrain_seeds(config, path, matrix)  # against the whole profile's experiments, before a subset
     narrowing = _select_subset(config, subset, path, matrix)
     config["_params_file"] = str(path)
     config["_matrix"] = {}
@@ -198,6 +199,32 @@ def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -
     config["experiments"] = list(chosen)
     config["subset"] = subset
     return {e: keep for e, keep in chosen.items() if keep is not None}
+
+
+def _check_pretrain_seeds(config: dict, path: Path, matrix: dict) -> None:
+    """``pretrain_seeds`` (the schema checked its shape): the first seed is the one every run is pretrained
+    with, so that its replica is the run itself (its id, model and results unchanged); the experiments are
+    the profile's; and a run of them that evaluates another's model (ch. 4 skip) finds that run's replicas."""
+    block = config.get("pretrain_seeds")
+    if not block:
+        return
+    where = f"{path}: key pretrain_seeds"
+    if block["seeds"][0] != PRETRAIN_SEED:
+        raise ConfigError(f"{where}.seeds starts with {block['seeds'][0]}, but its first seed must be {PRETRAIN_SEED}, the "
+                          f"seed every run is pretrained with: that replica is the run itself (its run id, model and "
+                          f"results stay as they are). Write seeds: [{PRETRAIN_SEED}, ...]")
+    outside = [e for e in block["experiments"] if e not in config["experiments"]]
+    if outside:
+        raise ConfigError(f"{where}.experiments lists {', '.join(outside)}, which the profile's experiments do not; "
+                          f"it runs: {', '.join(config['experiments'])}")
+    listed = set(block["experiments"])
+    for name in block["experiments"]:
+        for run_name, run in (matrix.get(name) or {}).get("runs", {}).items():
+            target = {**matrix[name].get("defaults", {}), **run}.get("evaluate_from", "")
+            other = target.split("-", 1)[0] if "-" in target else name
+            if target and other not in listed:
+                raise ConfigError(f"{where}.experiments lists {name}, whose run {run_name} evaluates {target}'s model: "
+                                  f"its replicas evaluate {target}'s, so list {other} too")
 
 
 def _check_profile_file(config: dict, path: Path) -> None:

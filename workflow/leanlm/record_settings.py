@@ -161,7 +161,7 @@ def _trained(config: dict, run: Run) -> Run:
     """The run whose trained model ``run`` fine-tunes or evaluates: itself, or ch. 4 skip's evaluate_from."""
     if not run.evaluate_from:
         return run
-    for other in runs(config):
+    for other in runs(config, with_replicas=True):  # a replica evaluates the same replica of its target
         if other.run_id == run.evaluate_from:
             return other
     return run  # the matrix checks evaluate_from names a run of the profile; left to that check
@@ -180,7 +180,7 @@ class RecordChecker:
         self.config = config
         self.profile = config["profile"]
         self.params_file = config.get("_params_file", f"params/{self.profile}.yaml")
-        self.runs = {run.run_id: run for run in runs(config)}
+        self.runs = {run.run_id: run for run in runs(config, with_replicas=True)}
         self._pretraining_checked: set[str] = set()
 
     def check_profile(self, doc: dict, path: Path) -> None:

@@ -9,6 +9,12 @@ trains with (its variants laid over the profile's), which the pretrain/finetune/
 it hashes its tokens (:func:`check_run_tokenizer`: only with a hash embedding); :func:`public` the config
 without the loader's keys.
 
+A profile's ``pretrain_seeds`` pretrains the runs of some experiments once per seed: :func:`runs` with
+``with_replicas`` adds each further replica (``<experiment>-<run>@p<seed>``, :data:`REPLICA_MARK`) after its
+run, the run itself being the replica of :data:`PRETRAIN_SEED`; :func:`replica_seed`, :func:`base_run_id` and
+:func:`replica_groups` read replicas back from run ids. Without ``with_replicas``, the matrix's runs alone:
+what the tables show.
+
 The config these functions take is one :func:`leanlm.config.load_config` returned: that module loads
 and validates the profile and the matrix (its cross-file checks call :func:`runs`); this one does not
 import it, so the two cannot form an import cycle.
@@ -16,7 +22,7 @@ import it, so the two cannot form an import cycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from leanlm.errors import ConfigError
@@ -38,6 +44,16 @@ HASH_TOKENIZERS = ("hash", "hash_subword")
 FAMILY_READING_OBJECTIVES = ("translation",)
 # The attention a run gets when it names none: the thesis's standard softmax attention.
 DEFAULT_ATTENTION = {"bert": "mha", "gpt2": "mha", "transformer": "mha", "qwen": "standard"}
+# The seed every model is pretrained with (data order, initialisation, masking): one pretrained model per
+# configuration, as in the thesis. A profile's `pretrain_seeds` pretrains the runs of some experiments once
+# more per further seed (see :func:`runs`); the replica with this seed is the run itself.
+PRETRAIN_SEED = 0
+# A further pretraining replica's run id: ``<experiment>-<run>@p<seed>`` (ch3_encoder-mha@p1). No experiment or
+# run name holds "@" (workflow/schemas/experiments.schema.json), and "@" is plain in file paths, shells (the
+# rules quote run ids anyway) and Snakemake's wildcard constraint (a regex alternation of the run ids).
+REPLICA_MARK = "@p"
+# Objectives with nothing to seed: a hub checkpoint is downloaded, not trained, so it has no replicas.
+UNSEEDED_OBJECTIVES = ("hub",)
 
 
 @dataclass(frozen=True)
@@ -62,10 +78,14 @@ class Run:
     # data.corpora.<name> FixedSeqQK's fixed text is read from (only runs whose model has one);
     # "": the corpus the run pretrains on.
     fixed_text_corpus: str = ""
+    # the seed it is pretrained with: PRETRAIN_SEED, or a further seed of the profile's pretrain_seeds
+    pretrain_seed: int = PRETRAIN_SEED
 
     @property
     def run_id(self) -> str:
-        return f"{self.experiment}-{self.name}"
+        """``<experiment>-<name>``; a further pretraining replica's adds ``@p<seed>`` (:data:`REPLICA_MARK`)."""
+        base = f"{self.experiment}-{self.name}"
+        return base if self.pretrain_seed == PRETRAIN_SEED else f"{base}{REPLICA_MARK}{self.pretrain_seed}"
 
     @property
     def attention(self) -> str:
@@ -98,8 +118,42 @@ def absent_runs(config: dict) -> dict[str, str]:
     return out
 
 
-def runs(config: dict) -> list[Run]:
-    """The pretrained models a profile runs, in matrix order (without its :func:`absent_runs`)."""
+def pretrain_seeds(config: dict, experiment: str) -> list[int]:
+    """The seeds ``experiment``'s runs are pretrained with: the profile's ``pretrain_seeds.seeds`` where
+    its ``experiments`` list it (the first is :data:`PRETRAIN_SEED`: leanlm.profile_checks), else just
+    :data:`PRETRAIN_SEED`."""
+    block = config.get("pretrain_seeds") or {}
+    return list(block["seeds"]) if experiment in block.get("experiments", ()) else [PRETRAIN_SEED]
+
+
+def replica_seed(run_id: str) -> int:
+    """The pretraining seed of run id ``run_id`` (:data:`PRETRAIN_SEED` for a matrix run's own id)."""
+    base, mark, seed = run_id.rpartition(REPLICA_MARK)
+    return int(seed) if mark and base and seed.isdigit() else PRETRAIN_SEED
+
+
+def base_run_id(run_id: str) -> str:
+    """The matrix run's id of a replica's run id (``ch3_encoder-mha@p1`` -> ``ch3_encoder-mha``)."""
+    base, mark, seed = run_id.rpartition(REPLICA_MARK)
+    return base if mark and base and seed.isdigit() else run_id
+
+
+def replica_groups(config: dict) -> dict[str, list[str]]:
+    """``{run_id: [its pretraining replicas' run ids]}`` of every matrix run the profile runs, the first
+    seed's (the run itself) first: ``[run_id]`` where its experiment is pretrained once or its objective has
+    no seed."""
+    out: dict[str, list[str]] = {}
+    for run in runs(config, with_replicas=True):
+        out.setdefault(base_run_id(run.run_id), []).append(run.run_id)
+    return out
+
+
+def runs(config: dict, with_replicas: bool = False) -> list[Run]:
+    """The pretrained models a profile runs, in matrix order (without its :func:`absent_runs`).
+
+    ``with_replicas``: also each further pretraining replica of the experiments the profile's
+    ``pretrain_seeds`` lists (every run but a hub checkpoint's, once per further seed, right after the run:
+    the jobs Snakemake plans). Without it, the matrix's runs alone, as the tables read them."""
     out = []
     absent = config.get("absent_runs")
     if absent is None:
@@ -149,7 +203,16 @@ def runs(config: dict) -> list[Run]:
                     fixed_text_corpus=fixed_text,
                 )
             )
+            if with_replicas and out[-1].objective not in UNSEEDED_OBJECTIVES:
+                out += [_replica(out[-1], seed) for seed in pretrain_seeds(config, experiment_name)[1:]]
     return out
+
+
+def _replica(run: Run, seed: int) -> Run:
+    """Run ``run`` pretrained with ``seed``: a run of its own, evaluating the same replica of the run it
+    evaluates (ch. 4 skip; leanlm.profile_checks makes sure that run has one)."""
+    target = f"{run.evaluate_from}{REPLICA_MARK}{seed}" if run.evaluate_from else ""
+    return replace(run, pretrain_seed=seed, evaluate_from=target)
 
 
 def uses_codebook(run) -> bool:
@@ -239,10 +302,11 @@ def finetune_seeds(config: dict, run: Run, family: str) -> list[int]:
 
 
 def get_run(config: dict, run_id: str) -> Run:
-    for run in runs(config):
+    """The run (or pretraining replica) ``run_id`` of the profile, or a ConfigError listing the known ones."""
+    for run in runs(config, with_replicas=True):
         if run.run_id == run_id:
             return run
-    known = ", ".join(r.run_id for r in runs(config))
+    known = ", ".join(r.run_id for r in runs(config, with_replicas=True))
     raise ConfigError(f"{config['_params_file']}: no run {run_id!r} in this profile; known: {known}")
 
 

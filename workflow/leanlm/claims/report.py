@@ -2,9 +2,14 @@
 
 - claims.csv: one row per part (the comparison, its effect and interval with the interval's level: 95%
   shared simultaneously by the claim's parts, what was resampled, the verdict or why it was not run, and
-  the thesis's numbers);
+  the thesis's numbers), with the fewest pretraining runs of its models (``pretraining_runs``) and of the
+  claim's (``claim_pretraining_runs``);
 - claims.md: per claim the sentence, where it is, the verdict and its parts;
 - claims.tex: one table of the claims' verdicts for tables.pdf.
+
+A judged verdict (supported, contradicted, inconclusive) says how many times its models were pretrained
+(:func:`verdict_text`): "supported, one pretraining run" is a verdict whose interval does not cover
+pretraining variance (profile key ``pretrain_seeds``, docs/claims.md).
 """
 
 from __future__ import annotations
@@ -26,7 +31,39 @@ log = logging.getLogger(__name__)
 ORDER = (SUPPORTED, CONTRADICTED, INCONCLUSIVE, UNTESTABLE, NOT_RUN)
 CSV_COLUMNS = ["claim", "chapter", "where", "claim_verdict", "part", "comparison", "family", "effect", "a", "b",
                "estimate", "low", "high", "level", "region_low", "region_high", "basis", "verdict", "reason",
-               "preconditions", "thesis_a", "thesis_b"]
+               "preconditions", "thesis_a", "thesis_b", "pretraining_runs", "claim_pretraining_runs"]
+# Verdicts resting on an interval, which say how many pretraining runs it covers
+JUDGED = (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
+
+
+def claim_pretraining_runs(cr: ClaimResult) -> int | None:
+    """The fewest pretraining runs behind the intervals of a claim's parts (None: no part has one)."""
+    runs = [p.interval.pretraining_runs for p in cr.parts if p.interval is not None]
+    return min(runs) if runs else None
+
+
+def verdict_text(verdict: str, pretraining_runs) -> str:
+    """The verdict as a reader sees it: a judged one with the pretraining runs its interval covers ("supported,
+    one pretraining run": pretraining variance not in the interval; "supported, 3 pretraining runs")."""
+    if verdict not in JUDGED or pretraining_runs is None or pretraining_runs != pretraining_runs:  # NaN: none
+        return verdict
+    runs = int(pretraining_runs)
+    return f"{verdict}, {'one pretraining run' if runs == 1 else f'{runs} pretraining runs'}"
+
+
+def uncovered_sentence(results: list[ClaimResult]) -> str:
+    """What the intervals do not cover: pretraining variance, where a claim's models were pretrained once."""
+    judged = [cr for cr in results if cr.verdict in JUDGED and claim_pretraining_runs(cr) is not None]
+    once = sum(1 for cr in judged if claim_pretraining_runs(cr) == 1)
+    if not judged:
+        return "No claim was judged at this profile, so no interval is reported."
+    if not once:
+        return ("Every judged claim's models were pretrained several times: its interval resamples the pretraining "
+                "seeds too (hierarchical bootstrap).")
+    return (f"{once} judged claim(s) rest on models pretrained once (\"one pretraining run\"): their intervals cover "
+            "evaluation examples and fine-tuning seeds, not pretraining variance, which can be larger (a model "
+            "pretrained again with another seed may differ by more than the interval's width); the profile key "
+            "pretrain_seeds pretrains them several times.")
 
 
 def count_line(profile: str, c: dict[str, int]) -> str:
@@ -73,6 +110,8 @@ def to_frame(results: list[ClaimResult]) -> pd.DataFrame:
                 "region_low": p.part.region[0], "region_high": p.part.region[1],
                 "basis": iv.basis if iv else "", "verdict": p.verdict, "reason": p.reason,
                 "preconditions": "; ".join(p.checked), "thesis_a": thesis[0], "thesis_b": thesis[1],
+                "pretraining_runs": iv.pretraining_runs if iv else None,
+                "claim_pretraining_runs": claim_pretraining_runs(cr),
             })
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
@@ -88,7 +127,7 @@ def summary_lines(profile: str, results: list[ClaimResult]) -> list[str]:
     lines = [count_line(profile, counts(results))]
     for cr in results:
         parts = ", ".join(f"{n} {v}" for v, n in sorted(cr.counts.items(), key=lambda kv: ORDER.index(kv[0])))
-        lines.append(f"  {cr.verdict:<12} {cr.claim.id} ({parts})")
+        lines.append(f"  {verdict_text(cr.verdict, claim_pretraining_runs(cr)):<12} {cr.claim.id} ({parts})")
     return lines
 
 
@@ -101,11 +140,13 @@ def markdown(profile: str, results: list[ClaimResult]) -> str:
            "1 - 0.05/k, Bonferroni), so that a claim that holds is contradicted by one of its parts no more "
            "often than 5%. A part is untestable when a precondition the claim needs does not hold at this scale "
            "(e.g. every model at chance), or its interval has no width: it counts neither way. Effects are \"how "
-           "much better A is than B\" (see params/claims.yaml).", "",
+           "much better A is than B\" (see params/claims.yaml). Where a model was pretrained several times "
+           "(profile key pretrain_seeds), the interval resamples its pretraining seeds first, paired across models "
+           "(hierarchical bootstrap; basis pretraining+...).", "", uncovered_sentence(results), "",
            summary_lines(profile, results)[0], ""]
     for cr in results:
         c = cr.claim
-        out += [f"## {c.id}: **{cr.verdict}**", "", f"Chapter {c.chapter}, {c.where}.", "", f"> {c.quote}", ""]
+        out += [f"## {c.id}: **{verdict_text(cr.verdict, claim_pretraining_runs(cr))}**", "", f"Chapter {c.chapter}, {c.where}.", "", f"> {c.quote}", ""]
         if c.note:
             out += [f"Note: {c.note}", ""]
         out += [f"Parts ({c.quantifier} must hold):", "",
@@ -134,9 +175,12 @@ def latex(profile: str, results: list[ClaimResult]) -> str:
     rows = []
     for cr in results:
         n = cr.counts
+        text = verdict_text(cr.verdict, claim_pretraining_runs(cr))
         rows.append({"id": cr.claim.id, "chapter": cr.claim.chapter, "where": cr.claim.where, "verdict": cr.verdict,
-                     "parts": len(cr.parts), **{v.replace(" ", "_"): n.get(v, 0) for v in ORDER}})
-    return render_template("claims.tex.j2", profile=profile, rows=rows, summary=summary_lines(profile, results)[0])
+                     "pretraining": text[len(cr.verdict):], "parts": len(cr.parts),
+                     **{v.replace(" ", "_"): n.get(v, 0) for v in ORDER}})
+    return render_template("claims.tex.j2", profile=profile, rows=rows, summary=summary_lines(profile, results)[0],
+                           uncovered=uncovered_sentence(results))
 
 
 def main(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Path | None = None) -> list[Path]:
@@ -168,11 +212,18 @@ def print_summary(profile: str, config: dict | None = None) -> None:
     verdicts = claims.set_index("claim")["claim_verdict"]
     width = max(len(str(c)) for c in claims["claim"])
     print(f"leanlm: the thesis's claims at profile {profile} (95% intervals; params/claims.yaml):")
+    runs = df["claim_pretraining_runs"] if "claim_pretraining_runs" in df.columns else pd.Series(None, index=df.index)
+    shown = {c: verdict_text(v, r) for c, v, r in zip(df["claim"], df["claim_verdict"], runs)}
+    vwidth = max(12, *(len(t) for t in shown.values()))
     for claim, parts in df.groupby("claim", sort=False):
         verdict = parts["claim_verdict"].iloc[0]
-        print(f"  {claim:<{width}}  {verdict:<12}  {_deciding_part(parts, verdict)}")
+        print(f"  {claim:<{width}}  {shown[claim]:<{vwidth}}  {_deciding_part(parts, verdict)}")
     c = {v: int((verdicts == v).sum()) for v in ORDER}
     print(f"leanlm: {count_line(profile, c)}; details: {path.with_suffix('.md')}")
+    once = sum(t.endswith("one pretraining run") for t in shown.values())
+    if once:
+        print(f"leanlm: {once} verdict(s) rest on models pretrained once: their intervals do not cover pretraining "
+              "variance (profile key pretrain_seeds; docs/claims.md)")
     if config is not None:
         print(f"leanlm: {scale_sentence(config, c)}")
 

@@ -10,6 +10,11 @@ Per-example data lives in each (task, seed) result of a family's results JSON as
 ``mean`` of a score, ``perplexity`` from negative log-likelihoods and units, or a metric recomputed
 from ``prediction`` and ``reference``). A metric it does not list is resampled at the seed level only.
 
+Where the profile pretrains a run several times (``pretrain_seeds``), its measurement holds every replica's
+results (``<run>@p<seed>``), which the interval resamples by pretraining seed too; a part reads the same
+replicas' results whatever it compares, and the Majority row and whether predictions vary are the first
+replica's.
+
 A claim's interval resamples the per-example data while its A and B are the stored metrics, so the two
 must say the same thing (issue 24). Before a claim uses a record, :class:`Results` refuses, with a
 DataError naming the file, task and seed:
@@ -41,6 +46,7 @@ from leanlm import paths
 from leanlm.claims.stats import FIELDS, PAIR_FIELDS, STATISTICS, Measurement, SeedScores
 from leanlm.errors import DataError, LeanLMError
 from leanlm.record_settings import RecordChecker, read_record
+from leanlm.runs import replica_groups, replica_seed
 
 # A stored metric and its recomputation from the per-example data are float64 functions of the same
 # stored numbers (the data is written unrounded), differing only in summation order (NumPy against
@@ -155,6 +161,7 @@ class Results:
         self.profile = config["profile"]
         self.params_file = config.get("_params_file", f"params/{self.profile}.yaml")
         self.checker = RecordChecker(config)
+        self.replicas = replica_groups(config)  # each run's pretraining replicas (profile key pretrain_seeds)
         self._records: dict[Path, dict] = {}
 
     def _path(self, run_id: str, name: str) -> Path:
@@ -202,15 +209,27 @@ class Results:
                           eval_set=eval_set)
 
     def measurement(self, run_id: str, family: str, task: str, metric: str) -> tuple[Measurement, str]:
-        """The run's score on one task (every seed; per-example data where kept) and the metric resolved."""
+        """The run's score on one task (every seed; per-example data where kept) and the metric resolved; where
+        the profile pretrains the run several times (``pretrain_seeds``), every replica's, paired by their
+        pretraining seeds (:class:`leanlm.claims.stats.Measurement`)."""
         results = self.task_results(run_id, family, task)
         name = resolve_metric(results, metric, task)
-        where = f"{self._path(run_id, family)} task {task}"
-        rerun = (f"`leanlm finetune --params {self.params_file} --run {run_id} --family {family}`, or delete the file "
-                 "and run snakemake")
-        seeds = tuple(self._seed_scores(r, name, f"{family}/{task}", f"{where} seed {r['seed']}", rerun)
-                      for r in results)
-        return Measurement(seeds), name
+        replicas = self.replicas.get(run_id, [run_id])
+        pretrained = []
+        for replica in replicas:
+            found = results if replica == run_id else self.task_results(replica, family, task)
+            where = f"{self._path(replica, family)} task {task}"
+            rerun = (f"`leanlm finetune --params {self.params_file} --run {replica} --family {family}`, or delete the "
+                     "file and run snakemake")
+            pretrained.append(tuple(self._seed_scores(r, name, f"{family}/{task}", f"{where} seed {r['seed']}", rerun)
+                                    for r in found))
+        seed_ids = [tuple(s.seed for s in seeds) for seeds in pretrained]
+        if len(set(seed_ids)) > 1:
+            raise Missing(f"the pretraining replicas of {run_id} on {task} have other fine-tuning seeds ("
+                          + ", ".join(f"{r}: {list(ids)}" for r, ids in zip(replicas, seed_ids))
+                          + "); rerun the ones that lack some")
+        return Measurement(pretrained[0], replicas=tuple(pretrained[1:]),
+                           pretrain_seeds=tuple(replica_seed(r) for r in replicas)), name
 
     def attention_parameters(self, run_id: str, family: str) -> int:
         """The attention parameter count the thesis uses for PEoP (Table 3.1's #params)."""

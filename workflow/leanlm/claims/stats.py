@@ -17,6 +17,12 @@ One bootstrap draw resamples, with replacement,
 recomputes every measurement on the draw, and applies the claim's effect function. The 95% interval
 is the 2.5 and 97.5 percentiles of the effect over the draws (Efron's percentile interval).
 
+Where a model was pretrained several times (profile key ``pretrain_seeds``), a draw is hierarchical:
+pretraining seeds first, then fine-tuning seeds, then examples, paired across models at every level, and
+the pretraining seeds' share of the spread is widened for their few units (:mod:`leanlm.claims.hierarchical`).
+A model pretrained once contributes no pretraining variance: its draws are those above, number for number,
+and its interval says ``pretraining_runs`` 1 (the report: "one pretraining run").
+
 Where no measurement kept per-example data, only seeds vary: the interval is then a paired t
 interval over the per-seed effects (:func:`seed_t_interval`), since a percentile bootstrap over the
 2-5 seeds a profile runs is far too narrow. Where a measurement has neither per-example data nor
@@ -30,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+
+from leanlm.claims.hierarchical import expansion, replica_t_bounds, replicated_draws, widened  # noqa: F401
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_RUN = "supported", "contradicted", "inconclusive", "not run"
 # A part this scale cannot judge: its precondition does not hold (e.g. every model at chance), or its
@@ -236,17 +244,36 @@ class SeedScores:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One model's score on one evaluation: the mean over its seeds."""
+    """One model's score on one evaluation: the mean over its seeds (and over its pretraining replicas).
+
+    ``seeds``: the fine-tuning seeds of the model pretrained with the first pretraining seed; ``replicas``:
+    those of its further pretraining replicas (the same fine-tuning seeds each), and ``pretrain_seeds`` the
+    pretraining seed of each (first one's first), which pairs the replicas of different models."""
 
     seeds: tuple[SeedScores, ...]
+    replicas: tuple[tuple[SeedScores, ...], ...] = ()
+    pretrain_seeds: tuple[int, ...] = (0,)
 
     def __post_init__(self):
         if not self.seeds:
             raise ValueError("a measurement needs at least one seed")
+        if len(self.pretrain_seeds) != 1 + len(self.replicas) or len(set(self.pretrain_seeds)) != len(self.pretrain_seeds):
+            raise ValueError(f"{1 + len(self.replicas)} pretraining replicas need as many distinct pretraining seeds, "
+                             f"got {self.pretrain_seeds}")
+        for seed, replica in zip(self.pretrain_seeds[1:], self.replicas):
+            if tuple(s.seed for s in replica) != self.seed_ids:
+                raise ValueError(f"the replica pretrained with seed {seed} has fine-tuning seeds "
+                                 f"{tuple(s.seed for s in replica)}, the first {self.seed_ids}: replicas are "
+                                 "fine-tuned alike")
+
+    @property
+    def pretrained(self) -> tuple[tuple[SeedScores, ...], ...]:
+        """Every pretraining replica's seeds, the first replica's first."""
+        return (self.seeds, *self.replicas)
 
     @property
     def value(self) -> float:
-        return float(np.mean([s.value for s in self.seeds]))
+        return float(np.mean([np.mean([s.value for s in seeds]) for seeds in self.pretrained]))
 
     @property
     def seed_ids(self) -> tuple[int, ...]:
@@ -254,7 +281,7 @@ class Measurement:
 
     @property
     def per_example(self) -> bool:
-        return all(s.examples is not None for s in self.seeds)
+        return all(s.examples is not None for seeds in self.pretrained for s in seeds)
 
 
 @dataclass(frozen=True)
@@ -266,16 +293,32 @@ class Interval:
     high: float
     level: float
     draws: int
-    basis: str  # "examples+seeds", "examples", "seeds" or "none" (nothing to resample)
+    basis: str  # "examples+seeds", "examples", "seeds" or "none" (nothing to resample); "pretraining+..." too
     extra: dict = field(default_factory=dict)
+    # the fewest pretraining runs of a compared model: 1 where some model was pretrained once, whose
+    # pretraining variance the interval then does not cover
+    pretraining_runs: int = 1
 
     @property
     def width(self) -> float:
         return self.high - self.low
 
 
+def pretraining_runs(measurements: Sequence[Measurement]) -> int:
+    """The fewest pretraining replicas among ``measurements`` (1: some model was pretrained once)."""
+    return min((len(m.pretrained) for m in measurements), default=1)
+
+
 def basis_of(measurements: Sequence[Measurement]) -> str:
-    """What a bootstrap over these measurements resamples: examples, seeds, both, or nothing."""
+    """What a bootstrap over these measurements resamples: examples, seeds, both, or nothing; and
+    "pretraining+" before it where every model has several pretraining replicas."""
+    inner = _inner_basis(measurements)
+    if pretraining_runs(measurements) < 2:
+        return inner
+    return "pretraining" if inner == "none" else f"pretraining+{inner}"
+
+
+def _inner_basis(measurements: Sequence[Measurement]) -> str:
     examples = all(m.per_example for m in measurements)
     seeds = all(len(m.seeds) >= 2 for m in measurements)
     if examples and seeds:
@@ -288,15 +331,21 @@ def basis_of(measurements: Sequence[Measurement]) -> str:
 
 
 def measurement_draws(measurements: Mapping[str, Measurement], draws: int, rng: np.random.Generator,
-                      observed: bool = False) -> dict[str, np.ndarray]:
+                      observed: bool = False, only: str | None = None) -> dict[str, np.ndarray]:
     """Every measurement recomputed on ``draws`` paired bootstrap draws (or once, observed, when
     ``observed``): ``{key: array (draws,)}``. Example indices are shared per evaluation set (when the
-    sets have the same length), seed draws per list of seed ids."""
+    sets have the same length), seed draws per list of seed ids, pretraining-seed draws per list of
+    pretraining seeds. ``only``: for models of several pretraining replicas, resample one level alone
+    ("pretraining" seeds or "examples"), to tell the variance each adds."""
     example_idx: dict[tuple, np.ndarray] = {}
     seed_pos: dict[tuple, np.ndarray] = {}
+    pretrain_pos: dict[tuple, np.ndarray] = {}
     out = {}
     for key in sorted(measurements):
         m = measurements[key]
+        if m.replicas:
+            out[key] = replicated_draws(key, m, draws, rng, observed, only, example_idx, seed_pos, pretrain_pos)
+            continue
         k = len(m.seeds)
         if observed:
             pos = np.tile(np.arange(k), (1, 1))
@@ -325,21 +374,57 @@ def paired_bootstrap(measurements: Mapping[str, Measurement],
     rng = np.random.default_rng(seed)
     estimate = float(np.asarray(effect(measurement_draws(measurements, 1, rng, observed=True)))[0])
     basis = basis_of(list(measurements.values()))
-    if basis == "seeds" and not any(s.examples is not None for m in measurements.values() for s in m.seeds):
-        seeds_t = seed_t_interval(measurements, effect, estimate, level)
+    runs = pretraining_runs(list(measurements.values()))
+    no_examples = not any(s.examples is not None for m in measurements.values() for seeds in m.pretrained for s in seeds)
+    if basis in ("seeds", "pretraining+seeds", "pretraining") and no_examples:
+        seeds_t = (pretraining_t_interval(measurements, effect, estimate, level) if runs >= 2 else
+                   seed_t_interval(measurements, effect, estimate, level))
         if seeds_t is not None:
             return seeds_t
-    # in chunks of at most DEFAULT_DRAWS (each chunk pairs its own draws), so that the many draws of a
-    # high level do not hold every index matrix at once
-    chunks = [min(DEFAULT_DRAWS, draws - start) for start in range(0, draws, DEFAULT_DRAWS)]
-    samples = np.concatenate([np.asarray(effect(measurement_draws(measurements, n, rng)), dtype=float).reshape(-1)
-                              for n in chunks])
+    samples = _effect_draws(measurements, effect, draws, rng, None)
     finite = samples[np.isfinite(samples)]
     if finite.size < 0.9 * draws or not np.isfinite(estimate):
-        return Interval(estimate, float("nan"), float("nan"), level, draws, "undefined")
+        return Interval(estimate, float("nan"), float("nan"), level, draws, "undefined", pretraining_runs=runs)
     alpha = (1 - level) / 2
     low, high = np.quantile(finite, [alpha, 1 - alpha])
-    return Interval(estimate, float(low), float(high), level, draws, basis)
+    if runs >= 2:  # widened for the few pretraining seeds (leanlm.claims.hierarchical)
+        low, high = widened(estimate, low, high, float(np.var(finite)),
+                            _variance(measurements, effect, draws, seed, "pretraining"),
+                            _variance(measurements, effect, draws, seed, "examples"), runs, level)
+    return Interval(estimate, float(low), float(high), level, draws, basis, pretraining_runs=runs)
+
+
+def _variance(measurements: Mapping[str, Measurement], effect, draws: int, seed: int, only: str) -> float:
+    """The variance of the effect over draws that resample level ``only`` alone."""
+    values = _effect_draws(measurements, effect, draws, np.random.default_rng(seed), only)
+    values = values[np.isfinite(values)]
+    return float(np.var(values)) if values.size else float("nan")
+
+
+def _effect_draws(measurements: Mapping[str, Measurement], effect, draws: int, rng: np.random.Generator,
+                  only: str | None) -> np.ndarray:
+    """The effect on ``draws`` bootstrap draws, in chunks of at most DEFAULT_DRAWS (each chunk pairs its own
+    draws), so that the many draws of a high level do not hold every index matrix at once."""
+    chunks = [min(DEFAULT_DRAWS, draws - start) for start in range(0, draws, DEFAULT_DRAWS)]
+    return np.concatenate([np.asarray(effect(measurement_draws(measurements, n, rng, only=only)),
+                                      dtype=float).reshape(-1) for n in chunks])
+
+
+def pretraining_t_interval(measurements: Mapping[str, Measurement], effect, estimate: float,
+                           level: float) -> Interval | None:
+    """Seed-level data of models pretrained several times: a paired t interval over the per-replica effects
+    (each from its measurements' means over fine-tuning seeds). None when the models do not share one list
+    of pretraining seeds."""
+    seed_lists = {m.pretrain_seeds for m in measurements.values()}
+    if len(seed_lists) != 1:
+        return None
+    runs = len(next(iter(seed_lists)))
+    per_replica = np.array([float(np.asarray(effect({key: np.array([np.mean([s.value for s in m.pretrained[r]])])
+                                                     for key, m in measurements.items()}))[0]) for r in range(runs)])
+    if not np.isfinite(per_replica).all():
+        return Interval(estimate, float("nan"), float("nan"), level, 0, "undefined", pretraining_runs=runs)
+    low, high = replica_t_bounds(per_replica, estimate, level)
+    return Interval(estimate, low, high, level, 0, basis_of(list(measurements.values())), pretraining_runs=runs)
 
 
 def seed_t_interval(measurements: Mapping[str, Measurement], effect, estimate: float, level: float) -> Interval | None:

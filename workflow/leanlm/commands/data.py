@@ -26,7 +26,7 @@ def cmd_validate(args) -> None:
 
     check_gpu_memory(config, run_memories)
     print(f"{config['_params_file']}: valid; profile {config['profile']!r}, source {config['source']!r}")
-    for run in runs(config):
+    for run in runs(config, with_replicas=True):  # each pretraining replica too (profile key pretrain_seeds)
         print(f"  {run.run_id}: {run.backbone} {run.attention}, pretrain {run.objective}, fine-tune {', '.join(run.finetune)}")
 
 

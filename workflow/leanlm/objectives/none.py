@@ -2,7 +2,7 @@
 
 ProFormer "is trained from scratch using task-specific data without any pre-training" (§2.2.1). The
 pipeline keeps one shape for every run (pretrain job -> fine-tune jobs), so for these runs the
-pretrain job only writes the initialised model (seed 0) and its hash codebook, and a pretrain.json
+pretrain job only writes the initialised model (its pretraining seed: 0, or a replica's own) and its hash codebook, and a pretrain.json
 whose timing says no pretraining happened (``seconds`` 0, ``seconds_per_sample`` None). Fine-tuning
 then starts every task from that initialisation: a from-scratch training per task. (LSH still fits
 its character n-gram vocabulary on the pretraining corpus's words, as for the HashFormers-LSH.)
@@ -19,7 +19,7 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.models import build_model
 from leanlm.plugins import input_route
 from leanlm.provenance import hardware
-from leanlm.stages.pretrain import PRETRAIN_SEED, PretrainObjective, parameter_counts, record_head
+from leanlm.stages.pretrain import PretrainObjective, parameter_counts, record_head
 from leanlm.training.seeding import seed_everything
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class NoPretraining(PretrainObjective):
         tokenizer = route.pretraining_tokenizer(config, run)
         model_config = ModelConfig.from_dict({**run.model, "vocab_size": tokenizer.get_vocab_size()},
                                              where=f"run {run.run_id}")
-        seed_everything(PRETRAIN_SEED)
+        seed_everything(run.pretrain_seed)  # the initialisation: PRETRAIN_SEED, or a replica's own seed
         model = build_model(model_config, self.head)
         out_dir = paths.models_dir(profile) / run.run_id
         route.save(tokenizer, out_dir)

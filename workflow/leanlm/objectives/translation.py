@@ -51,7 +51,7 @@ from leanlm.training import checkpointing
 from leanlm.training.engine import Trainer
 from leanlm.training.epoch_checkpoints import LastEpochCheckpoints, kept_checkpoints
 from leanlm.stages.finetune import TaskRunner
-from leanlm.stages.pretrain import (PRETRAIN_SEED, PretrainObjective, parameter_counts,
+from leanlm.stages.pretrain import (PretrainObjective, parameter_counts,
                                       pretrain_train_config, record_head, record_path,
                                       write_model_and_record)
 from leanlm.training.seeding import seed_everything
@@ -103,7 +103,7 @@ def train_translation(config: dict, run, keep_checkpoint: bool = False) -> dict:
     if settings["seq_len"] > run.model["max_position"]:
         raise ConfigError(f"{where}.seq_len = {settings['seq_len']} exceeds models.{run.backbone}.max_position = "
                           f"{run.model['max_position']} (sinusoidal positions are tabulated up to max_position)")
-    seed_everything(PRETRAIN_SEED)
+    seed_everything(run.pretrain_seed)  # PRETRAIN_SEED, or a further pretraining replica's own
     started = time.time()
     task = translation_task(config, run)
     train_rows = _task_rows(profile, task, "train")
@@ -127,11 +127,11 @@ def train_translation(config: dict, run, keep_checkpoint: bool = False) -> dict:
     model_config = ModelConfig.from_dict({**run.model, "vocab_size": tokenizer.get_vocab_size(),
                                           "pad_token_id": PAD_ID}, where=f"run {run_id}: model")
     model = build_model(model_config, "seq2seq", label_smoothing=settings.get("label_smoothing", 0.1))
-    batches = TranslationBatches(train_pairs, settings["batch_size"], settings["grad_accum"], PRETRAIN_SEED)
+    batches = TranslationBatches(train_pairs, settings["batch_size"], settings["grad_accum"], run.pretrain_seed)
     # One epoch is one pass over the training pairs; the trainer's evaluate hook runs at every epoch end
     # and keeps the weights of the last epochs (BLEU is averaged over them).
     steps_per_epoch = math.ceil(len(train_pairs) / (settings["batch_size"] * micro_batches_per_step(settings["grad_accum"])))
-    train_config = dataclasses.replace(pretrain_train_config(settings, f"train {run_id}"), eval_every=steps_per_epoch)
+    train_config = dataclasses.replace(pretrain_train_config(settings, f"train {run_id}", run.pretrain_seed), eval_every=steps_per_epoch)
     epochs = LastEpochCheckpoints(out_dir, model_config, settings.get("average_last_epochs", 1), steps_per_epoch,
                                   train_config.total_steps)
     trainer = Trainer(model, train_config, batches, run_dir=out_dir,

@@ -2,7 +2,10 @@
 (results/<profile>/experiments/<experiment>.csv) and the whole profile's (results/<profile>/all_runs.csv).
 
 One row per (run, task family, task, seed, metric), so every table of the thesis is a filter and a
-group-by of the same frame. A table reads the pieces of its own experiments (params/tables.yaml's
+group-by of the same frame. A further pretraining replica (profile key ``pretrain_seeds``) is a run of its
+own, ``run_id`` <experiment>-<run>@p<seed> with its matrix run's ``run`` name, and column ``pretrain_seed``
+holds the seed its model was pretrained with (0, :data:`leanlm.runs.PRETRAIN_SEED`, for every other run);
+the tables read the first replica only (:func:`leanlm.reporting.render.render_table`). A table reads the pieces of its own experiments (params/tables.yaml's
 ``experiments`` and ``optional``), so rendering it waits for those runs only; all_runs.csv is the pieces
 put together, plus the results on disk of experiments the run at hand does not include (a subset, a
 shorter experiments list), so a run of part of the matrix keeps and reports the rest. Fine-tuning jobs write results/<profile>/runs/<run_id>/<family>.json;
@@ -30,12 +33,13 @@ from leanlm import paths
 from leanlm.errors import DataError, LeanLMError
 from leanlm.io import atomic_path
 from leanlm.record_settings import RecordChecker, read_record
+from leanlm.runs import replica_seed
 
 log = logging.getLogger(__name__)
 
 COLUMNS = [
     "profile", "experiment", "run", "run_id", "family", "backbone", "attention", "embedding", "layout",
-    "n_layers", "n_decoder_layers", "d_model", "n_heads", "head_dim", "task", "seed", "metric", "value",
+    "n_layers", "n_decoder_layers", "d_model", "n_heads", "head_dim", "task", "seed", "pretrain_seed", "metric", "value",
     "is_primary", "params_total", "params_attention", "params_embedding", "settings_hash",
 ]
 # Model settings copied into every row (tables group and label by them); defaults for old files.
@@ -101,6 +105,9 @@ def rows_from_file(path: Path, profile: str, checker: RecordChecker | None = Non
         "experiment": _require(doc, "experiment", "", path),
         "run": _require(doc, "run", "", path),
         "run_id": _require(doc, "run_id", "", path),
+        # the seed the model was pretrained with: 0, or a further replica's (<experiment>-<run>@p<seed>); a
+        # replica's `run` is its matrix run's name, so the claims and readers group replicas by (run, pretrain_seed)
+        "pretrain_seed": replica_seed(str(doc["run_id"])),
         "family": _require(doc, "family", "", path),
         "attention": _attention_name(model, path),
         "params_total": _integer(_require(params, "total", "parameters.", path), "parameters.total", path),

@@ -34,7 +34,7 @@ from leanlm.registry import DottedRegistry
 from leanlm.reporting.aggregate import load
 from leanlm.reporting.latex import Cell, render_template
 from leanlm.reporting.reported import order_key, thesis_label
-from leanlm.runs import Run, runs
+from leanlm.runs import PRETRAIN_SEED, Run, runs
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +282,14 @@ def _check_experiments_run(name: str, config: dict) -> None:
             experiment_runs(config, experiment, name)  # raises the error that names the key to add
 
 
+def first_replicas(tidy: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the models pretrained with the first seed: a table shows one pretrained model per row, as
+    the thesis's do; the further pretraining replicas (profile key pretrain_seeds) are the claims' to read."""
+    if "pretrain_seed" not in tidy.columns:  # aggregated before replicas existed: every row is a first one
+        return tidy
+    return tidy[tidy["pretrain_seed"].astype(int) == PRETRAIN_SEED].reset_index(drop=True)
+
+
 def render_table(profile: str, name: str, config: dict, verify_settings: bool = False) -> list[Path]:
     """Render table ``name`` of ``profile`` from the results of its experiments
     (results/<profile>/experiments/<experiment>.csv: :func:`table_experiments`; a params table: from
@@ -293,7 +301,7 @@ def render_table(profile: str, name: str, config: dict, verify_settings: bool = 
         return write_table(profile, name, PARAMS_TABLES.get(name)(profile, config))
     renderer = TABLES.get(name)  # an unknown table is named before anything is read
     _check_experiments_run(name, config)  # a profile without them is named before any results are read
-    tidy = load(profile, table_experiments(name, config))
+    tidy = first_replicas(load(profile, table_experiments(name, config)))
     if verify_settings:
         check_aggregated_settings(profile, config, tidy)
     built = renderer(profile, config, tidy)

@@ -51,7 +51,7 @@ from leanlm.modeling.models import build_model, loss_only_kwargs
 # likewise leanlm/routes for how the run's text becomes its model's inputs (input_route).
 from leanlm.plugins import OBJECTIVES, input_route
 from leanlm.provenance import hardware
-from leanlm.runs import get_run, pretrain_settings, public
+from leanlm.runs import PRETRAIN_SEED, get_run, pretrain_settings, public
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.distributed import (barrier, broadcast_object, cleanup_distributed, init_distributed,
                                          local_grad_accum, rank_zero_first)
@@ -65,7 +65,8 @@ from leanlm.training.text_batches import example_indices, micro_batches_per_step
 
 log = logging.getLogger(__name__)
 
-PRETRAIN_SEED = 0  # one pretrained model per configuration, as in the thesis
+# PRETRAIN_SEED (leanlm.runs, re-exported here): the seed of every run but a further pretraining replica,
+# which is pretrained with its own (Run.pretrain_seed: data order, initialisation and masking all follow it).
 IGNORE_INDEX = -100
 
 
@@ -214,8 +215,9 @@ def validation_loss(model, batches: PackedBatches, sequences: torch.Tensor, devi
     return total / max(count, 1)
 
 
-def pretrain_train_config(settings: dict, desc: str) -> TrainConfig:
-    """The engine's settings from a run's pretraining block (pretrain.<objective> with its variant)."""
+def pretrain_train_config(settings: dict, desc: str, seed: int = PRETRAIN_SEED) -> TrainConfig:
+    """The engine's settings from a run's pretraining block (pretrain.<objective> with its variant);
+    ``seed``: the run's pretraining seed (Run.pretrain_seed)."""
     return TrainConfig(
         total_steps=settings["steps"],
         lr=settings["lr"],
@@ -226,7 +228,7 @@ def pretrain_train_config(settings: dict, desc: str) -> TrainConfig:
         adam_eps=settings["adam_eps"],
         grad_accum=settings["grad_accum"],
         clip_norm=settings["clip_norm"],
-        seed=PRETRAIN_SEED,
+        seed=seed,
         checkpoint_every=settings["checkpoint_every"],
         desc=desc,
         # Optional settings (schema: pretrain.<objective>.compile / .prefetch); absent from a profile, the
@@ -330,7 +332,7 @@ def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
     # whole before any data is read.
     local_grad_accum(settings["grad_accum"], int(os.environ.get("WORLD_SIZE", "1")),
                      f"{config['_params_file']}: pretrain.{run.objective}.grad_accum (run {run_id})")
-    seed_everything(PRETRAIN_SEED)
+    seed_everything(run.pretrain_seed)
     started = time.time()
     with rank_zero_first():  # rank 0 builds the cached token streams, the others then read them
         data, tokenizer, train_seqs, valid_seqs = _prepare(config, run, objective, settings)
@@ -375,10 +377,10 @@ def _train_and_write(config: dict, run, objective: PackedTextObjective, settings
     route = input_route(run)
     inputs_record = route.prepare_model(model, tokenizer, data, profile)  # ch. 4: FixedSeqQK's fixed text
     # Hash embeddings read per-token features (hash bits/buckets) that the batches carry.
-    batches = route.batches(objective.batches(settings, tokenizer, train_seqs, PRETRAIN_SEED), model_config, tokenizer)
+    batches = route.batches(objective.batches(settings, tokenizer, train_seqs, run.pretrain_seed), model_config, tokenizer)
     clock = StepClock(settings["batch_size"] * settings["grad_accum"])  # Table 2.3's time per sample
     out_dir = paths.models_dir(profile) / run_id
-    train_config = pretrain_train_config(settings, f"pretrain {run_id}")
+    train_config = pretrain_train_config(settings, f"pretrain {run_id}", run.pretrain_seed)
     trainer = Trainer(model, train_config, batches, run_dir=out_dir, on_step_start=clock.mark)
     summary = trainer.fit()
     clock.finish()

@@ -1,0 +1,176 @@
+"""Pretraining variance in the claims' intervals (issue 27, item 3): the hierarchical bootstrap of
+leanlm.claims.stats (pretraining seeds, then fine-tuning seeds, then examples), its coverage on simulated
+data with a known effect, and what a profile that pretrains once says of its verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from leanlm.claims.stats import Measurement, SeedScores, basis_of, expansion, paired_bootstrap
+
+TRUE_EFFECT = 0.5
+
+
+def _diff(d):
+    return d["a"] - d["b"]
+
+
+def _world(rng, replicas: int, seeds: int, n: int, pretrain_sd: float, finetune_sd: float = 0.3,
+           example_sd: float = 1.0) -> dict[str, list[list[np.ndarray]]]:
+    """Per-example scores of models a and b: [replica][seed] -> (n,). A score is the model's mean, plus its
+    replica's pretraining effect, plus the fine-tuning seed's effect, plus each example's difficulty (shared
+    by every model and seed: the examples are crossed with them) and the model's own noise on the example.
+    The effect of a over b, averaged over pretraining seeds, fine-tuning seeds and examples, is TRUE_EFFECT."""
+    difficulty = rng.normal(0, 1, n)
+    out = {}
+    for name, mean in (("a", TRUE_EFFECT), ("b", 0.0)):
+        pretrain = rng.normal(0, pretrain_sd, replicas)
+        out[name] = [[mean + pretrain[r] + rng.normal(0, finetune_sd) + difficulty + rng.normal(0, example_sd, n)
+                      for _ in range(seeds)] for r in range(replicas)]
+    return out
+
+
+def _measurement(per_replica: list[list[np.ndarray]], eval_set: str = "set") -> Measurement:
+    seeds = [tuple(SeedScores(seed=s, value=float(x.mean()), statistic="mean", examples={"score": x},
+                              eval_set=eval_set) for s, x in enumerate(replica)) for replica in per_replica]
+    return Measurement(seeds[0], replicas=tuple(seeds[1:]), pretrain_seeds=tuple(range(len(seeds))))
+
+
+def _coverage(datasets: int, replicas: int, pretrain_sd: float, draws: int = 400) -> tuple[float, float]:
+    """Coverage of TRUE_EFFECT by the hierarchical interval (every replica) and by today's interval of a
+    profile that pretrains once (the first replica's seeds and examples only), over simulated datasets."""
+    rng = np.random.default_rng(20261128)
+    hierarchical = flat = 0
+    for i in range(datasets):
+        world = _world(rng, replicas, seeds=3, n=60, pretrain_sd=pretrain_sd)
+        both = {k: _measurement(v) for k, v in world.items()}
+        once = {k: _measurement(v[:1]) for k, v in world.items()}
+        h = paired_bootstrap(both, _diff, draws=draws, seed=i)
+        f = paired_bootstrap(once, _diff, draws=draws, seed=i)
+        hierarchical += h.low <= TRUE_EFFECT <= h.high
+        flat += f.low <= TRUE_EFFECT <= f.high
+    return hierarchical / datasets, flat / datasets
+
+
+def test_the_hierarchical_interval_covers_the_true_effect_and_the_flat_one_does_not():
+    """With pretraining variance as large as it can be between runs (a pretraining effect of sd 1 against
+    example noise of sd 1 over 60 examples), 3 pretraining runs: the hierarchical interval covers the true
+    effect about 95% of the time; the interval that resamples one pretraining run's seeds and examples, as
+    every interval did before, covers it far less often, since it cannot see its run's own offset."""
+    hierarchical, flat = _coverage(datasets=300, replicas=3, pretrain_sd=1.0)
+    assert 0.90 <= hierarchical <= 0.99, hierarchical
+    assert flat < 0.6, flat
+
+
+def test_without_pretraining_variance_the_hierarchical_interval_is_not_much_wider():
+    """Replicas that differ by their fine-tuning and example noise only: the widening applies to the
+    pretraining seeds' share of the variance alone, so coverage stays near 95% rather than near 100%."""
+    hierarchical, flat = _coverage(datasets=200, replicas=3, pretrain_sd=0.0)
+    assert 0.90 <= hierarchical <= 0.995, hierarchical
+    assert flat >= 0.85, flat
+
+
+def test_models_pretrained_once_give_the_numbers_they_gave_before():
+    """No replicas: the interval is the one of fine-tuning seeds and examples, says one pretraining run, and
+    does not depend on whether the Measurement was given its (one) pretraining seed explicitly."""
+    rng = np.random.default_rng(3)
+    world = _world(rng, 1, seeds=3, n=50, pretrain_sd=1.0)
+    plain = {k: Measurement(_measurement(v).seeds) for k, v in world.items()}
+    explicit = {k: _measurement(v) for k, v in world.items()}
+    a, b = paired_bootstrap(plain, _diff, draws=300), paired_bootstrap(explicit, _diff, draws=300)
+    assert (a.low, a.high, a.estimate) == (b.low, b.high, b.estimate)
+    assert a.pretraining_runs == 1 and a.basis == "examples+seeds"
+
+
+def test_replicas_are_paired_across_models():
+    """Replica k of A and replica k of B share their pretraining seed: where A's replicas are B's shifted by
+    the effect, the pretraining seeds' differences cancel and the interval is as narrow as the examples
+    allow; unpaired (other pretraining seeds for B) it is much wider."""
+    rng = np.random.default_rng(5)
+    world = _world(rng, 3, seeds=2, n=80, pretrain_sd=2.0)
+    a = _measurement(world["a"])
+    b_same = Measurement(_measurement([[x - TRUE_EFFECT for x in r] for r in world["a"]]).seeds,
+                         replicas=_measurement([[x - TRUE_EFFECT for x in r] for r in world["a"]]).replicas,
+                         pretrain_seeds=(0, 1, 2))
+    paired = paired_bootstrap({"a": a, "b": b_same}, _diff, draws=300)
+    b_other = Measurement(b_same.seeds, replicas=b_same.replicas, pretrain_seeds=(0, 3, 4))
+    unpaired = paired_bootstrap({"a": a, "b": b_other}, _diff, draws=300)
+    assert paired.width < 1e-9 < unpaired.width
+    assert paired.basis == unpaired.basis == "pretraining+examples+seeds"
+    assert paired.pretraining_runs == unpaired.pretraining_runs == 3
+
+
+def test_seed_level_data_of_replicas_gets_a_t_interval_over_the_pretraining_seeds():
+    """No per-example data: a paired t interval over the replicas' effects, with R-1 degrees of freedom."""
+    from scipy import stats as sps
+
+    per_replica = {"a": [[1.0, 1.2], [2.0, 2.2], [3.0, 3.4]], "b": [[0.0, 0.2], [0.5, 0.7], [1.0, 1.2]]}
+    ms = {k: Measurement(tuple(SeedScores(s, v) for s, v in enumerate(rows[0])),
+                         replicas=tuple(tuple(SeedScores(s, v) for s, v in enumerate(r)) for r in rows[1:]),
+                         pretrain_seeds=(0, 1, 2)) for k, rows in per_replica.items()}
+    iv = paired_bootstrap(ms, _diff)
+    effects = np.array([np.mean(a) - np.mean(b) for a, b in zip(per_replica["a"], per_replica["b"])])
+    half = sps.t.ppf(0.975, 2) * effects.std(ddof=1) / np.sqrt(3)
+    assert iv.estimate == pytest.approx(effects.mean())
+    assert (iv.low, iv.high) == pytest.approx((effects.mean() - half, effects.mean() + half))
+    assert iv.basis == "pretraining+seeds" and iv.pretraining_runs == 3
+
+
+def test_a_mix_of_replicated_and_once_pretrained_models_says_one_pretraining_run():
+    rng = np.random.default_rng(7)
+    world = _world(rng, 3, seeds=2, n=40, pretrain_sd=0.5)
+    ms = {"a": _measurement(world["a"]), "b": _measurement(world["b"][:1])}
+    iv = paired_bootstrap(ms, _diff, draws=200)
+    assert iv.pretraining_runs == 1 and basis_of(list(ms.values())) == "examples+seeds"
+
+
+def test_expansion_is_the_small_sample_t_correction():
+    from scipy import stats as sps
+
+    assert expansion(3, 0.95) == pytest.approx(np.sqrt(1.5) * sps.t.ppf(0.975, 2) / sps.norm.ppf(0.975))
+    assert expansion(1000, 0.95) == pytest.approx(1.0, abs=0.01)
+
+
+def test_replicas_must_be_fine_tuned_alike():
+    with pytest.raises(ValueError, match="fine-tuned alike"):
+        Measurement((SeedScores(0, 1.0), SeedScores(1, 1.0)), replicas=((SeedScores(0, 1.0),),), pretrain_seeds=(0, 1))
+    with pytest.raises(ValueError, match="distinct pretraining seeds"):
+        Measurement((SeedScores(0, 1.0),), replicas=((SeedScores(0, 1.0),),), pretrain_seeds=(0,))
+
+
+def test_the_claims_read_every_pretraining_replica_of_their_runs(scratch_root):
+    """A profile that pretrains the compared runs 3 times: each part's interval resamples the pretraining
+    seeds (basis pretraining+...), the report says "3 pretraining runs"; a replica without results makes
+    the part "not run", naming its file."""
+    import yaml
+
+    from leanlm.claims.report import evaluate_all, markdown, to_frame
+    from leanlm.config import _load_matrix_cached, load_config
+    from test_claims import BASE, _write_claims, _write_run
+
+    path = scratch_root / "params" / "smoke.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch2_hashformers"]}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    _load_matrix_cached.cache_clear()
+    config = load_config(path)
+    tasks = config["finetune"]["glue"]["tasks"]
+    for suffix, shift in (("", 0.0), ("@p1", 0.03), ("@p2", -0.02)):
+        _write_run(scratch_root, config, f"ch2_hashformers-lsh_pool{suffix}", 0.85 + shift, seeds=(0, 1), tasks=tasks)
+        _write_run(scratch_root, config, f"ch2_hashformers-md5_pool{suffix}", 0.60 - shift, seeds=(0, 1), tasks=tasks)
+    _write_run(scratch_root, config, "ch2_hashformers-md5_add", 0.6, seeds=(0, 1), tasks=tasks)
+    claims = _write_claims(scratch_root, [
+        {**BASE, "id": "ch2_replicated", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]]},
+        {**BASE, "id": "ch2_replica_missing", "pairs": [["ch2_hashformers-md5_add", "ch2_hashformers-md5_pool"]]}])
+    results = evaluate_all(config, draws=200, claims_file=claims)
+    replicated, missing = results
+    part = replicated.parts[0]
+    assert replicated.verdict == "supported"
+    assert part.interval.basis == "pretraining+examples+seeds" and part.interval.pretraining_runs == 3
+    assert missing.verdict == "not run" and "ch2_hashformers-md5_add@p1" in missing.parts[0].reason
+    md = markdown("smoke", results)
+    assert "## ch2_replicated: **supported, 3 pretraining runs**" in md
+    assert "Every judged claim's models were pretrained several times" in md
+    frame = to_frame(results).set_index("claim")
+    assert frame.loc["ch2_replicated", "pretraining_runs"] == 3 == frame.loc["ch2_replicated", "claim_pretraining_runs"]
