@@ -86,6 +86,8 @@ def load_config(params_file: str | Path | None = None, subset: str | None = None
                 config["_matrix"][name] = _narrowed(config["_matrix"][name], keep["families"])
             if keep["runs"] is not None:
                 config["_matrix"][name] = _with_runs(config["_matrix"][name], keep["runs"])
+            if keep["replicas"] is not None:  # read by leanlm.runs.runs: only these runs get further replicas
+                config["_matrix"][name] = {**config["_matrix"][name], "_replicas": list(keep["replicas"])}
     from leanlm.profile_checks import check_combinations  # the checks that need the model library and tasks
 
     check_combinations(config, path)
@@ -123,9 +125,9 @@ def _subset_items(items: list, where: str) -> dict[str, dict | None]:
             if keep is None:
                 out[name] = None
             elif isinstance(keep, dict):
-                out[name] = {k: None if keep.get(k) is None else list(keep[k]) for k in ("families", "runs")}
+                out[name] = {k: None if keep.get(k) is None else list(keep[k]) for k in ("families", "runs", "replicas")}
             else:
-                out[name] = {"families": list(keep), "runs": None}
+                out[name] = {"families": list(keep), "runs": None, "replicas": None}
     return out
 
 
@@ -163,11 +165,21 @@ def _check_subset(name: str, chosen: dict, path: Path, matrix: dict) -> None:
             raise ConfigError(f"{path}: subsets.{name} keeps {experiment}'s runs {', '.join(unknown)}, which the "
                               f"experiment does not have (it has: {', '.join(known_runs) or 'none'}): a subset "
                               f"only narrows them")
+        outside = [r for r in keep["replicas"] or [] if r not in (kept_runs or known_runs)]
+        if outside:
+            raise ConfigError(f"{path}: subsets.{name} keeps the pretraining replicas of {experiment}'s runs "
+                              f"{', '.join(outside)}, which it does not run (it runs: "
+                              f"{', '.join(kept_runs or known_runs)})")
 
 
 def _kept_run_ids(chosen: dict, matrix: dict) -> set[str]:
     return {f"{e}-{r}" for e, keep in chosen.items() for r in (matrix.get(e) or {}).get("runs", {})
             if keep is None or keep["runs"] is None or r in keep["runs"]}
+
+
+def _keeps_replicas(chosen: dict, experiment: str, run: str) -> bool:
+    keep = chosen.get(experiment)
+    return keep is None or keep["replicas"] is None or run in keep["replicas"]
 
 
 def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -> dict[str, dict]:
@@ -196,6 +208,11 @@ def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -
             if f"{experiment}-{run_name}" in kept and target not in kept:
                 raise ConfigError(f"{path}: subsets.{subset} keeps {experiment}-{run_name}, which evaluates the "
                                   f"model of {target}, and leaves that run out: keep {target} as well")
+            target_experiment, _, target_run = target.partition("-")
+            if (f"{experiment}-{run_name}" in kept and _keeps_replicas(chosen, experiment, run_name)
+                    and not _keeps_replicas(chosen, target_experiment, target_run)):
+                raise ConfigError(f"{path}: subsets.{subset} keeps the pretraining replicas of {experiment}-{run_name}, "
+                                  f"which evaluate {target}'s replicas, but not those of {target}: keep them too")
     config["experiments"] = list(chosen)
     config["subset"] = subset
     return {e: keep for e, keep in chosen.items() if keep is not None}
