@@ -227,10 +227,10 @@ def test_a_family_the_subset_leaves_out_is_not_run_even_with_results_on_disk(scr
     signal = scratch_root / "params" / "signal.yaml"
     config = load_config(signal, subset="cpu")
     tasks = config["finetune"]["glue"]["tasks"]
-    whole_groups = replica_groups(load_config(signal))  # the whole profile pretrains them 3 times (pretrain_seeds)
+    whole = load_config(signal)  # which pretrains them 3 times (pretrain_seeds); the subset, SHA's only
     for run_id, rate in (("ch3_decoder-mhe_mul", 0.85), ("ch3_decoder-sha", 0.55)):
-        for replica in whole_groups[run_id]:
-            _write_run(scratch_root, config, replica, rate, tasks=tasks)
+        for replica in replica_groups(whole)[run_id]:
+            _write_run(scratch_root, whole, replica, rate, tasks=tasks)
     path = _write_claims(scratch_root, [
         {**BASE, "id": "ch3_glue_left_out", "chapter": 3, "pairs": [["ch3_decoder-mhe_mul", "ch3_decoder-sha"]]}])
     (result,) = evaluate_all(config, draws=200, claims_file=path)
