@@ -174,6 +174,8 @@ def test_stage_gives_supported_contradicted_inconclusive_and_not_run(scratch_roo
     assert "## ch2_no_results: **not run**" in md and "not pretraining variance" in md
     tex = (scratch_root / "paper_tables" / "smoke" / "claims.tex").read_text()
     assert r"ch2\_clear\_win" in tex and r"\textbf{supported}, one pretraining run" in tex
+    # the basis of each verdict: what its deciding part's interval resampled, or why it was not judged
+    assert r"ch2\_clear\_win & 2 & " in tex and "& examples &" in tex and "& not run &" in tex
     # The end of a run: every claim's verdict, one line each, then the count.
     capsys.readouterr()
     print_summary("smoke")
@@ -225,9 +227,10 @@ def test_a_family_the_subset_leaves_out_is_not_run_even_with_results_on_disk(scr
     signal = scratch_root / "params" / "signal.yaml"
     config = load_config(signal, subset="cpu")
     tasks = config["finetune"]["glue"]["tasks"]
+    whole = load_config(signal)  # which pretrains them 3 times (pretrain_seeds); the subset, SHA's only
     for run_id, rate in (("ch3_decoder-mhe_mul", 0.85), ("ch3_decoder-sha", 0.55)):
-        for replica in replica_groups(config)[run_id]:  # signal pretrains them 3 times (pretrain_seeds)
-            _write_run(scratch_root, config, replica, rate, tasks=tasks)
+        for replica in replica_groups(whole)[run_id]:
+            _write_run(scratch_root, whole, replica, rate, tasks=tasks)
     path = _write_claims(scratch_root, [
         {**BASE, "id": "ch3_glue_left_out", "chapter": 3, "pairs": [["ch3_decoder-mhe_mul", "ch3_decoder-sha"]]}])
     (result,) = evaluate_all(config, draws=200, claims_file=path)

@@ -93,7 +93,10 @@ def test_the_report_shows_untestable_parts_and_their_preconditions(scratch_root,
     assert "on glue (sst2)" in row["comparison"]  # a part names its task
     md = (table / "claims.md").read_text()
     assert "## ch2_not_judged: **untestable**" in md and "untestable at this scale: The reference must" in md
-    assert r"untest." in (table / "claims.tex").read_text()
+    tex = (table / "claims.tex").read_text()
+    assert r"untest." in tex
+    # tables.pdf names what each verdict rests on: here the precondition that failed
+    assert r"precondition pool\_in\_regime fails" in tex
     capsys.readouterr()
     print_summary("smoke")
     assert "0 supported, 0 contradicted, 0 inconclusive (95% interval too wide at this scale), 1 untestable" \

@@ -99,10 +99,12 @@ def test_a_subset_keeps_the_replicas_of_the_experiments_it_runs(scratch_root):
     """The block is checked against the whole profile; a subset runs the replicas of its own experiments."""
     from leanlm.runs import runs
 
-    path = _profile(scratch_root, "signal", seeds=[0, 1, 2], experiments=["ch4_uniform", "ch3_encoder"])
+    path = _profile(scratch_root, "signal", seeds=[0, 1, 2], experiments=["ch3_decoder", "ch3_encoder"])
     config = _load(path, subset="cpu")
     ids = {r.run_id for r in runs(config, with_replicas=True)}
-    assert "ch4_uniform-mlp@p2" in ids and not any(i.startswith("ch3_encoder-") for i in ids)
+    # signal's cpu subset keeps the replicas of ch3_decoder's SHA and MHA only (its `replicas`)
+    assert {"ch3_decoder-mha@p2", "ch3_decoder-sha@p1"} <= ids and "ch3_decoder-mhe_add@p1" not in ids
+    assert not any(i.startswith("ch3_encoder-") for i in ids)
 
 
 def test_the_pretraining_seed_reaches_the_trainer_and_the_batches(scratch_root):

@@ -22,10 +22,11 @@ from test_faults import snakemake, workflow_project
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNAL = ROOT / "params" / "signal.yaml"
-# What the issue asks the CPU subset to cover: ch. 4's uniform / hybrid / skip language modelling, ch. 2's
-# Emb(1K) claim, ch. 3's MHE vs SHA on perplexity.
-# ch3_decoder without its GLUE fine-tuning (the claim is on perplexity; those jobs were a quarter of the CPU).
-CPU_SUBSET = ["ch4_uniform", "ch4_hybrid", "ch4_skip", "ch3_decoder", "ch2_hashformers"]
+# What the CPU subset covers (params/signal.yaml): the runs 2 cores can bring into the claims' regime in 90
+# minutes. ch3_decoder without its GLUE fine-tuning (the claims there are on perplexity).
+CPU_SUBSET = ["ch4_uniform", "ch3_decoder"]
+CPU_RUNS = {"ch4_uniform": {"standard", "mlp", "approximate", "non_approximate"},
+            "ch3_decoder": {"sha", "mha", "mhe_add", "mhe_mul"}}
 CPU_FAMILIES = {"ch3_decoder": ("lm",)}
 
 
@@ -33,10 +34,10 @@ def test_a_subset_narrows_the_runs_and_changes_no_setting():
     whole = load_config(SIGNAL)
     cpu = load_config(SIGNAL, subset="cpu")
     assert cpu["experiments"] == CPU_SUBSET and cpu["subset"] == "cpu"
-    whole_runs = {r.run_id: r for r in runs(whole)}
-    cpu_runs = runs(cpu)
+    whole_runs = {r.run_id: r for r in runs(whole, with_replicas=True)}
+    cpu_runs = runs(cpu, with_replicas=True)
     assert {r.experiment for r in cpu_runs} == set(CPU_SUBSET)
-    assert {r.run_id for r in cpu_runs} == {i for i, r in whole_runs.items() if r.experiment in CPU_SUBSET}
+    assert {r.run_id for r in runs(cpu)} == {f"{e}-{n}" for e, names in CPU_RUNS.items() for n in names}
     for run in cpu_runs:
         whole_run = whole_runs[run.run_id]
         # the same run, its fine-tuning families narrowed where the subset says so, and nowhere else
@@ -108,15 +109,18 @@ def test_a_table_of_a_family_the_subset_leaves_out_is_not_rendered(scratch_root)
 
 
 def test_the_cpu_subset_holds_the_claims_it_is_for():
-    """Every run the named claims compare is in the subset (a renamed run would drop a claim silently)."""
+    """Every run the named claims and preconditions compare is in the subset (a renamed run would drop a
+    claim silently): the regime's two preconditions, the uniform MLP and Non-approximate claims, and MHE
+    vs SHA on perplexity."""
     from leanlm.claims.spec import load_claims
 
     cpu_runs = {r.run_id for r in runs(load_config(SIGNAL, subset="cpu"))}
-    wanted = ["ch4_uniform_mlp_perplexity_below_random", "ch4_hybrids_match_standard", "ch4_skip_collapses_nlu",
-              "ch4_skip_perplexity_explodes", "ch4_approximate_best_uniform", "ch2_emb_1k_far_below_compressed"]
+    wanted = ["ch4_uniform_mlp_perplexity_below_random", "ch4_uniform_mlp_near_random_nlu",
+              "ch4_uniform_non_approximate_near_random"]
     claims = {c.id: c for c in load_claims()}
     for claim_id in wanted:
         assert claims[claim_id].runs <= cpu_runs, claim_id
+    assert {"ch4_uniform-standard", "ch4_uniform-mlp", "ch3_decoder-mha", "ch3_decoder-sha"} <= cpu_runs
     mhe_vs_sha = [p for p in claims["ch3_mhe_above_sha_everywhere"].parts if p.family == "lm"]
     assert mhe_vs_sha and all(set(p.a.runs) | set(p.b.runs) <= cpu_runs for p in mhe_vs_sha)
 
@@ -132,6 +136,7 @@ def test_a_subset_outside_the_experiments_is_refused(scratch_root):
     path = scratch_root / "params" / "signal.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["experiments"].remove("ch3_decoder")
+    doc.pop("pretrain_seeds", None)  # which would name it too (its own check: tests/test_pretrain_seeds.py)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.raises(ConfigError, match=r"subsets\.cpu lists ch3_decoder, which the profile's experiments do not"):
         load_config(path)  # refused even when no subset is chosen
@@ -161,3 +166,75 @@ def test_the_readme_command_runs_the_subset_and_passes_it_to_every_job(scratch_r
     assert pretrained == expected
     commands = [line for line in out.splitlines() if re.search(r"leanlm (pretrain|finetune|aggregate|claims|render) ", line)]
     assert commands and all(re.search(r"--params \S*params/signal\.yaml --subset cpu ", c) for c in commands), commands[:3]
+
+
+def test_a_subset_can_narrow_an_experiments_runs(scratch_root):
+    """``{experiment: {runs: [...], families: [...]}}``: only those runs (and families), each the same run
+    with the same settings as in the whole profile."""
+    path = scratch_root / "params" / "signal.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["subsets"]["few"] = [{"ch4_uniform": {"runs": ["standard", "mlp"]}},
+                             {"ch3_decoder": {"runs": ["sha", "mha"], "families": ["lm"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    whole = {r.run_id: r for r in runs(load_config(path))}
+    few = load_config(path, subset="few")
+    chosen = runs(few)
+    assert sorted(r.run_id for r in chosen) == ["ch3_decoder-mha", "ch3_decoder-sha",
+                                                "ch4_uniform-mlp", "ch4_uniform-standard"]
+    for run in chosen:
+        assert run == dataclasses.replace(whole[run.run_id], finetune=run.finetune)
+        assert pretrain_settings(few, run) == pretrain_settings(load_config(path), whole[run.run_id])
+    assert {r.finetune for r in chosen if r.experiment == "ch3_decoder"} == {("lm",)}
+    assert {r.finetune for r in chosen if r.experiment == "ch4_uniform"} == {whole["ch4_uniform-mlp"].finetune}
+
+
+def test_a_subset_naming_an_unknown_run_or_dropping_an_evaluated_model_is_refused(scratch_root):
+    path = scratch_root / "params" / "signal.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["subsets"]["cpu"] = [{"ch4_uniform": {"runs": ["standard", "gpt"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"subsets\.cpu keeps ch4_uniform's runs gpt, which the experiment "
+                                          r"does not have \(it has: standard, mlp, "):
+        load_config(path)  # refused even when no subset is chosen
+    # ch4_skip evaluates ch4_hybrid's models: a subset keeping a skip run keeps the model it evaluates
+    doc["subsets"]["cpu"] = [{"ch4_hybrid": {"runs": ["mlp"]}}, {"ch4_skip": {"runs": ["mlp", "approximate"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"subsets\.cpu keeps ch4_skip-approximate, which evaluates the model of "
+                                          r"ch4_hybrid-approximate, and leaves that run out"):
+        load_config(path, subset="cpu")
+    doc["subsets"]["cpu"] = [{"ch4_uniform": {"families": ["lm_eval"], "runs": []}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match="subsets"):
+        load_config(path)  # the schema: a narrowed experiment keeps at least one run
+
+
+def test_a_subset_can_keep_the_pretraining_replicas_of_some_runs_only(scratch_root):
+    """``replicas: [...]``: of the kept runs, only those get the further pretraining replicas of
+    ``pretrain_seeds`` (each the same job as in the whole profile); ``[]``: none."""
+    path = scratch_root / "params" / "signal.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch3_decoder", "ch4_uniform", "ch4_hybrid", "ch4_skip"]}
+    doc["subsets"]["few"] = [{"ch4_uniform": {"runs": ["standard", "mlp"], "replicas": []}},
+                             {"ch3_decoder": {"runs": ["sha", "mha", "mhe_add"], "families": ["lm"],
+                                              "replicas": ["sha", "mha"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    whole = {r.run_id: r for r in runs(load_config(path), with_replicas=True)}
+    few = runs(load_config(path, subset="few"), with_replicas=True)
+    assert [r.run_id for r in few] == ["ch4_uniform-standard", "ch4_uniform-mlp",
+                                       "ch3_decoder-sha", "ch3_decoder-sha@p1", "ch3_decoder-sha@p2",
+                                       "ch3_decoder-mha", "ch3_decoder-mha@p1", "ch3_decoder-mha@p2",
+                                       "ch3_decoder-mhe_add"]
+    for run in few:
+        assert run == dataclasses.replace(whole[run.run_id], finetune=run.finetune)
+    # a replica kept must name a run the subset runs
+    doc["subsets"]["few"] = [{"ch3_decoder": {"runs": ["sha"], "replicas": ["mha"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"subsets\.few keeps the pretraining replicas of ch3_decoder's runs mha, "
+                                          r"which it does not run \(it runs: sha\)"):
+        load_config(path)
+    # ch4_skip's replicas evaluate ch4_hybrid's replicas: keeping the first keeps the second
+    doc["subsets"]["few"] = [{"ch4_hybrid": {"runs": ["mlp"], "replicas": []}}, {"ch4_skip": {"runs": ["mlp"]}}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"keeps the pretraining replicas of ch4_skip-mlp, which evaluate "
+                                          r"ch4_hybrid-mlp's replicas, but not those of ch4_hybrid-mlp"):
+        load_config(path, subset="few")

@@ -70,7 +70,7 @@ def load_config(params_file: str | Path | None = None, subset: str | None = None
     _check_profile_file(config, path)
     matrix = load_matrix()
     listed = list(config["experiments"])  # the whole profile's, which a subset narrows
-    families = _select_subset(config, subset, path, matrix)
+    narrowing = _select_subset(config, subset, path, matrix)
     _check_pretrain_seeds(config, path, matrix, listed)
     config["_params_file"] = str(path)
     config["_matrix"] = {}
@@ -81,8 +81,14 @@ def load_config(params_file: str | Path | None = None, subset: str | None = None
                 f"known: {', '.join(sorted(matrix))}"
             )
         config["_matrix"][name] = matrix[name]
-        if name in families:  # a subset's {experiment: [families]}: the same runs, fewer fine-tuning jobs
-            config["_matrix"][name] = _narrowed(matrix[name], families[name])
+        if name in narrowing:  # a subset's {experiment: {runs, families}}: fewer runs or fewer fine-tuning jobs
+            keep = narrowing[name]
+            if keep["families"] is not None:
+                config["_matrix"][name] = _narrowed(config["_matrix"][name], keep["families"])
+            if keep["runs"] is not None:
+                config["_matrix"][name] = _with_runs(config["_matrix"][name], keep["runs"])
+            if keep["replicas"] is not None:  # read by leanlm.runs.runs: only these runs get further replicas
+                config["_matrix"][name] = {**config["_matrix"][name], "_replicas": list(keep["replicas"])}
     from leanlm.profile_checks import check_combinations  # the checks that need the model library and tasks
 
     check_combinations(config, path)
@@ -101,23 +107,86 @@ def _narrowed(experiment: dict, keep: list[str]) -> dict:
     return narrowed
 
 
-def _subset_items(items: list, where: str) -> dict[str, list[str] | None]:
-    """A subset's items as {experiment: its families, or None for all of them}; an experiment named twice
-    (as a name and as a mapping, or in two mappings) is refused rather than one of them silently winning."""
-    out: dict[str, list[str] | None] = {}
+def _with_runs(experiment: dict, keep: list[str]) -> dict:
+    """The experiment with only the runs ``keep``, in the matrix's order (each run unchanged)."""
+    return {**experiment, "runs": {n: r for n, r in experiment["runs"].items() if n in keep}}
+
+
+def _subset_items(items: list, where: str) -> dict[str, dict | None]:
+    """A subset's items as {experiment: None for all of it, or {"families": [...] or None, "runs": [...] or
+    None}}. An item is a name, {experiment: [families]} or {experiment: {runs: [...], families: [...]}}; an
+    experiment named twice (as a name and as a mapping, or in two mappings) is refused rather than one of
+    them silently winning."""
+    out: dict[str, dict | None] = {}
     for item in items:
-        for name, families in ({item: None} if isinstance(item, str) else item).items():
+        for name, keep in ({item: None} if isinstance(item, str) else item).items():
             if name in out:
                 raise ConfigError(f"{where} names experiment {name} twice; name it once, with the fine-tuning "
                                   f"families it keeps ({{{name}: [...]}}) or alone for all of them")
-            out[name] = None if families is None else list(families)
+            if keep is None:
+                out[name] = None
+            elif isinstance(keep, dict):
+                out[name] = {k: None if keep.get(k) is None else list(keep[k]) for k in ("families", "runs", "replicas")}
+            else:
+                out[name] = {"families": list(keep), "runs": None, "replicas": None}
     return out
 
 
-def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -> dict[str, list[str]]:
-    """Check every named subset and narrow ``experiments`` to ``subset`` when one is named; return the
-    fine-tuning families the subset keeps for the experiments it narrows ({experiment: [families]}). A
-    subset changes which jobs a profile runs, never a setting: each job it runs is the same job (outputs,
+def _evaluated_runs(experiment: dict, names) -> dict[str, str]:
+    """{run name: the run id whose model it evaluates} for the ``names`` that evaluate another run's model."""
+    defaults = experiment.get("defaults", {})
+    out = {}
+    for name in names:
+        target = {**defaults, **(experiment["runs"][name] or {})}.get("evaluate_from")
+        if target:
+            out[name] = target
+    return out
+
+
+def _check_subset(name: str, chosen: dict, path: Path, matrix: dict) -> None:
+    """Each narrowed experiment keeps families and runs it has; a translation experiment keeps its families."""
+    for experiment, keep in chosen.items():
+        if keep is None:
+            continue
+        families, kept_runs = keep["families"], keep["runs"]
+        objective = (matrix.get(experiment) or {}).get("objective")
+        if families is not None and objective in FAMILY_READING_OBJECTIVES:
+            raise ConfigError(f"{path}: subsets.{name} narrows {experiment}'s fine-tuning families, but its "
+                              f"objective {objective!r} pretrains on a task of those families; name the "
+                              f"experiment whole")
+        known = (matrix.get(experiment) or {}).get("finetune", [])
+        unknown = [f for f in families or [] if f not in known]
+        if unknown:
+            raise ConfigError(f"{path}: subsets.{name} keeps {experiment}'s fine-tuning families "
+                              f"{', '.join(unknown)}, which the experiment does not have (it has: "
+                              f"{', '.join(known) or 'none'}): a subset only narrows them")
+        known_runs = list((matrix.get(experiment) or {}).get("runs", {}))
+        unknown = [r for r in kept_runs or [] if r not in known_runs]
+        if unknown:
+            raise ConfigError(f"{path}: subsets.{name} keeps {experiment}'s runs {', '.join(unknown)}, which the "
+                              f"experiment does not have (it has: {', '.join(known_runs) or 'none'}): a subset "
+                              f"only narrows them")
+        outside = [r for r in keep["replicas"] or [] if r not in (kept_runs or known_runs)]
+        if outside:
+            raise ConfigError(f"{path}: subsets.{name} keeps the pretraining replicas of {experiment}'s runs "
+                              f"{', '.join(outside)}, which it does not run (it runs: "
+                              f"{', '.join(kept_runs or known_runs)})")
+
+
+def _kept_run_ids(chosen: dict, matrix: dict) -> set[str]:
+    return {f"{e}-{r}" for e, keep in chosen.items() for r in (matrix.get(e) or {}).get("runs", {})
+            if keep is None or keep["runs"] is None or r in keep["runs"]}
+
+
+def _keeps_replicas(chosen: dict, experiment: str, run: str) -> bool:
+    keep = chosen.get(experiment)
+    return keep is None or keep["replicas"] is None or run in keep["replicas"]
+
+
+def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -> dict[str, dict]:
+    """Check every named subset and narrow ``experiments`` to ``subset`` when one is named; return what the
+    subset keeps of the experiments it narrows ({experiment: {"families": ..., "runs": ...}}, None for all).
+    A subset changes which jobs a profile runs, never a setting: each job it runs is the same job (outputs,
     params) as in the whole profile, and each run keeps its pretraining."""
     subsets = config.get("subsets") or {}
     for name, items in subsets.items():
@@ -126,18 +195,7 @@ def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -
         if outside:
             raise ConfigError(f"{path}: subsets.{name} lists {', '.join(outside)}, which the profile's "
                               f"experiments do not: a subset only narrows `experiments`")
-        for experiment, families in chosen.items():
-            objective = (matrix.get(experiment) or {}).get("objective")
-            if families is not None and objective in FAMILY_READING_OBJECTIVES:
-                raise ConfigError(f"{path}: subsets.{name} narrows {experiment}'s fine-tuning families, but its "
-                                  f"objective {objective!r} pretrains on a task of those families; name the "
-                                  f"experiment whole")
-            known = (matrix.get(experiment) or {}).get("finetune", [])
-            unknown = [f for f in families or [] if f not in known]
-            if unknown:
-                raise ConfigError(f"{path}: subsets.{name} keeps {experiment}'s fine-tuning families "
-                                  f"{', '.join(unknown)}, which the experiment does not have (it has: "
-                                  f"{', '.join(known) or 'none'}): a subset only narrows them")
+        _check_subset(name, chosen, path, matrix)
     if not subset:
         return {}
     if subset not in subsets:
@@ -145,9 +203,20 @@ def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -
             f"{path}: no subset {subset!r} (key subsets); "
             + (f"known: {', '.join(sorted(subsets))}" if subsets else "this profile defines none"))
     chosen = _subset_items(subsets[subset], f"{path}: subsets.{subset}")
+    kept = _kept_run_ids(chosen, matrix)
+    for experiment in chosen:
+        for run_name, target in _evaluated_runs(matrix[experiment], list(matrix[experiment]["runs"])).items():
+            if f"{experiment}-{run_name}" in kept and target not in kept:
+                raise ConfigError(f"{path}: subsets.{subset} keeps {experiment}-{run_name}, which evaluates the "
+                                  f"model of {target}, and leaves that run out: keep {target} as well")
+            target_experiment, _, target_run = target.partition("-")
+            if (f"{experiment}-{run_name}" in kept and _keeps_replicas(chosen, experiment, run_name)
+                    and not _keeps_replicas(chosen, target_experiment, target_run)):
+                raise ConfigError(f"{path}: subsets.{subset} keeps the pretraining replicas of {experiment}-{run_name}, "
+                                  f"which evaluate {target}'s replicas, but not those of {target}: keep them too")
     config["experiments"] = list(chosen)
     config["subset"] = subset
-    return {e: families for e, families in chosen.items() if families is not None}
+    return {e: keep for e, keep in chosen.items() if keep is not None}
 
 
 def _check_pretrain_seeds(config: dict, path: Path, matrix: dict, experiments: list[str]) -> None:

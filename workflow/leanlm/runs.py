@@ -203,7 +203,9 @@ def runs(config: dict, with_replicas: bool = False) -> list[Run]:
                     fixed_text_corpus=fixed_text,
                 )
             )
-            if with_replicas and out[-1].objective not in UNSEEDED_OBJECTIVES:
+            # a subset may keep the further replicas of some runs only (config.py: subsets' `replicas`)
+            replicated = run_name in experiment.get("_replicas", [run_name])
+            if with_replicas and replicated and out[-1].objective not in UNSEEDED_OBJECTIVES:
                 out += [_replica(out[-1], seed) for seed in pretrain_seeds(config, experiment_name)[1:]]
     return out
 

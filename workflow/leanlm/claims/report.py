@@ -177,6 +177,21 @@ def markdown(profile: str, results: list[ClaimResult]) -> str:
     return "\n".join(out)
 
 
+def verdict_basis(cr: ClaimResult) -> str:
+    """What a claim's verdict rests on, in a word or two: the basis of its deciding part's interval (what was
+    resampled: examples, seeds, pretraining), or why that part was not judged (the precondition that failed)."""
+    same = [p for p in cr.parts if p.verdict == cr.verdict] or list(cr.parts)
+    if not same:
+        return ""
+    part = same[0]
+    if part.verdict in (UNTESTABLE, NOT_RUN):
+        failed = re.search(r"Precondition (\w+)", part.reason or "")
+        if failed:
+            return f"precondition {failed.group(1)} fails"
+        return "not run" if part.verdict == NOT_RUN else "no width"
+    return part.interval.basis if part.interval is not None else ""
+
+
 def latex(profile: str, results: list[ClaimResult]) -> str:
     from leanlm.reporting.latex import render_template
 
@@ -185,7 +200,7 @@ def latex(profile: str, results: list[ClaimResult]) -> str:
         n = cr.counts
         text = verdict_text(cr.verdict, claim_pretraining_runs(cr))
         rows.append({"id": cr.claim.id, "chapter": cr.claim.chapter, "where": cr.claim.where, "verdict": cr.verdict,
-                     "pretraining": text[len(cr.verdict):], "parts": len(cr.parts),
+                     "pretraining": text[len(cr.verdict):], "basis": verdict_basis(cr), "parts": len(cr.parts),
                      **{v.replace(" ", "_"): n.get(v, 0) for v in ORDER}})
     return render_template("claims.tex.j2", profile=profile, rows=rows, summary=summary_lines(profile, results)[0],
                            uncovered=uncovered_sentence(results))
