@@ -97,3 +97,16 @@ def test_pretraining_with_the_official_head_and_corruption(tiny_project, monkeyp
     assert record["pretrain"]["head"] == "official_code"
     assert ours - record["parameters"]["total"] == d * d + 3 * d
     assert draws and sum(draws) > 0  # training and validation batches replaced tokens with bit vectors
+
+
+@pytest.mark.parametrize("head_type", SHUFFLE_RANDOM_HEADS)
+def test_a_saved_model_loads_back_with_its_own_head(tmp_path, head_type):
+    # The checkpoint does not record the head; its weights say it (the official code's has no transform).
+    from leanlm.modeling.checkpoint import load_model, save_checkpoint
+
+    config = ModelConfig(**TINY)
+    model = build_model(config, "shuffle_random", head_type=head_type)
+    save_checkpoint(model, config, tmp_path)
+    loaded = load_model(tmp_path)
+    assert loaded.head_type == head_type and type(loaded.transform) is type(model.transform)
+    assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), loaded.state_dict().values()))

@@ -159,6 +159,8 @@ def load_model(directory: str | os.PathLike, kind: str | None = None,
     elif takes_labels:
         raise ConfigError(f"loading {directory} (a {saved_kind} checkpoint) as a classifier needs "
                           f"num_labels")
+    if kind == saved_kind and hasattr(cls, "options_from_weights"):  # a head option the weights tell (S+R's)
+        head_kwargs = {**cls.options_from_weights(tensors), **head_kwargs}
     model = build_model(config, kind, **head_kwargs)
     if kind != saved_kind:
         return transfer_backbone(model, tensors)

@@ -24,7 +24,8 @@ from leanlm.modeling.encoder import BertEncoder, init_bert_weights
 from leanlm.modeling.heads import IGNORE_INDEX, MLMTransform
 from leanlm.modeling.models import register_model
 
-N_CLASSES = 3  # original, shuffled, random
+LABELS = ("original", "shuffled", "random")  # leanlm.training.shuffle_random's ORIGINAL, SHUFFLED, RANDOM
+N_CLASSES = len(LABELS)
 SHUFFLE_RANDOM_HEADS = ("bert", "official_code")
 
 
@@ -39,7 +40,7 @@ class BertForShuffleRandom(nn.Module):
             raise ConfigError(f"pretrain.shuffle_random.head={head_type!r} must be one of {SHUFFLE_RANDOM_HEADS} "
                               f"(bert: dense + GELU + LayerNorm + linear, the default; official_code: dropout + "
                               f"linear, as the official HashFormers code)")
-        self.config = config
+        self.config, self.head_type = config, head_type
         self.encoder = BertEncoder(config, pooler=False)
         # What the classifier reads the encoder's output through (the default's construction order is kept:
         # the same seed gives the same weights as before the option existed).
@@ -47,6 +48,12 @@ class BertForShuffleRandom(nn.Module):
         self.classifier = nn.Linear(config.d_model, N_CLASSES)
         init_bert_weights(self.transform, config.initializer_range)
         init_bert_weights(self.classifier, config.initializer_range)
+
+    @staticmethod
+    def options_from_weights(weights) -> dict[str, str]:
+        """The head a checkpoint's weights (names) were saved from: the checkpoint does not record it, and only
+        the default head has a transform with weights (leanlm.modeling.checkpoint.load_model)."""
+        return {"head_type": "bert" if "transform.dense.weight" in weights else "official_code"}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
