@@ -156,6 +156,52 @@ def save_run(directory: Path, fields: dict, head: str, tokenizer: Tokenizer, run
     return model
 
 
+def save_hash_run(directory: Path, fields: dict, head: str, run_id: str, pieces: bool | None = None,
+                  **head_options):
+    """A hash run's checkpoint as pretraining saves it: weights, the codebook's hasher (``codebook/``), and for
+    a run that hashes pieces (default: every run but WORDS) or reads ids, its subword tokenizer; returns (model,
+    leanlm's tokenizer of the run). ``head_options``: the head's (Shuffle+Random's ``head_type``)."""
+    from leanlm.hashing.codebook import HashCodebook
+    from leanlm.hashing.inputs import CodebookTokenizer, PieceCodebookTokenizer, corpus_token_counts, save_inputs
+    from leanlm.modeling.checkpoint import save_checkpoint
+    from leanlm.modeling.config import ModelConfig
+    from leanlm.modeling.hash_features import codebook_settings
+    from leanlm.modeling.models import build_model
+    from leanlm.training.run_tokenizer import save_run_tokenizer
+
+    pieces = wordpiece() if (run_id != WORDS if pieces is None else pieces) else None
+    config = ModelConfig(**{**SIZES, "backbone": "bert", "vocab_size": 150 if pieces else 90, **fields})
+    model = trained_like(build_model(config, head, **({"num_labels": 3} if head == "classification" else {}),
+                                     **head_options))
+    if hasattr(model.encoder.embeddings.word_embeddings, "hash_seeds"):  # a buffer: moved off zero by leanlm
+        assert bool(model.encoder.embeddings.word_embeddings.hash_seeds.any())
+    save_checkpoint(model, config, directory, extra={"run_id": run_id, "profile": "smoke"})
+    if pieces is not None:
+        save_run_tokenizer(pieces, directory, keep=True)
+    if codebook_settings(config) is None:  # BERT-Hash reads ids: the run's subword tokenizer is its input
+        return model, pieces
+    book = HashCodebook.for_model(config, token_counts=corpus_token_counts(TEXTS, pieces))
+    ours = CodebookTokenizer(book) if pieces is None else PieceCodebookTokenizer(pieces, book)
+    ours.encode_batch(TEXTS)  # the rows pretraining met (not saved: the export numbers its own)
+    save_inputs(ours, directory)
+    return model, ours
+
+
+def leanlm_logits(model, tokenizer, texts):
+    from leanlm.hashing.inputs import feature_hook
+
+    encodings = tokenizer.encode_batch(texts) if not isinstance(texts, tuple) else tokenizer.encode_batch(list(zip(*texts)))
+    width = max(len(e.ids) for e in encodings)
+    pad = lambda rows: torch.tensor([r + [0] * (width - len(r)) for r in rows])  # noqa: E731
+    batch = {"input_ids": pad([e.ids for e in encodings]), "token_type_ids": pad([e.type_ids for e in encodings]),
+             "attention_mask": pad([[1] * len(e.ids) for e in encodings])}
+    hook = feature_hook(model.config, tokenizer)
+    if hook is not None:
+        batch.update(hook(batch["input_ids"]))
+    with torch.no_grad():
+        return model(**batch)["logits"], batch
+
+
 # Prepended to every fresh-process script: leanlm cannot be imported there (it is installed editable in
 # the venv, so -I alone does not hide it), and the workflow folder is off sys.path.
 NO_LEANLM = textwrap.dedent("""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from export_cases import HASH_VARIANTS, HF_CLASSES, SIZES, TEXTS, WORDS, run_fresh, trained_like, wordpiece
+from export_cases import HASH_VARIANTS, HF_CLASSES, WORDS, leanlm_logits, run_fresh, save_hash_run, wordpiece
 from leanlm.errors import ConfigError, DataError
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "workflow" / "leanlm" / "export" / "remote"
@@ -33,49 +33,6 @@ for name, spec in job.items():
             out[name][part] = {"logits": model(**batch).logits.tolist(), "ids": batch["input_ids"].tolist()}
 print(json.dumps(out))
 """
-
-
-def save_hash_run(directory: Path, fields: dict, head: str, run_id: str):
-    """A hash run's checkpoint as pretraining saves it: weights, the codebook's hasher (``codebook/``), and for
-    a run that hashes pieces its subword tokenizer; returns (model, leanlm's tokenizer of the run)."""
-    from leanlm.hashing.codebook import HashCodebook
-    from leanlm.hashing.inputs import CodebookTokenizer, PieceCodebookTokenizer, corpus_token_counts, save_inputs
-    from leanlm.modeling.checkpoint import save_checkpoint
-    from leanlm.modeling.config import ModelConfig
-    from leanlm.modeling.hash_features import codebook_settings
-    from leanlm.modeling.models import build_model
-    from leanlm.training.run_tokenizer import save_run_tokenizer
-
-    pieces = wordpiece() if run_id != WORDS else None
-    config = ModelConfig(**{**SIZES, "backbone": "bert", "vocab_size": 150 if pieces else 90, **fields})
-    model = trained_like(build_model(config, head, **({"num_labels": 3} if head == "classification" else {})))
-    if hasattr(model.encoder.embeddings.word_embeddings, "hash_seeds"):  # a buffer: moved off zero by leanlm
-        assert bool(model.encoder.embeddings.word_embeddings.hash_seeds.any())
-    save_checkpoint(model, config, directory, extra={"run_id": run_id, "profile": "smoke"})
-    if pieces is not None:
-        save_run_tokenizer(pieces, directory, keep=True)
-    if codebook_settings(config) is None:  # BERT-Hash reads ids: the run's subword tokenizer is its input
-        return model, pieces
-    book = HashCodebook.for_model(config, token_counts=corpus_token_counts(TEXTS, pieces))
-    ours = CodebookTokenizer(book) if pieces is None else PieceCodebookTokenizer(pieces, book)
-    ours.encode_batch(TEXTS)  # the rows pretraining met (not saved: the export numbers its own)
-    save_inputs(ours, directory)
-    return model, ours
-
-
-def leanlm_logits(model, tokenizer, texts):
-    from leanlm.hashing.inputs import feature_hook
-
-    encodings = tokenizer.encode_batch(texts) if not isinstance(texts, tuple) else tokenizer.encode_batch(list(zip(*texts)))
-    width = max(len(e.ids) for e in encodings)
-    pad = lambda rows: torch.tensor([r + [0] * (width - len(r)) for r in rows])  # noqa: E731
-    batch = {"input_ids": pad([e.ids for e in encodings]), "token_type_ids": pad([e.type_ids for e in encodings]),
-             "attention_mask": pad([[1] * len(e.ids) for e in encodings])}
-    hook = feature_hook(model.config, tokenizer)
-    if hook is not None:
-        batch.update(hook(batch["input_ids"]))
-    with torch.no_grad():
-        return model(**batch)["logits"], batch
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from leanlm.export.remote import REMOTE_TARGETS
 from leanlm.export.remote.files import copy_code
 from leanlm.export.remote.hash_inputs import probe_batches, reads_features, write_hash_inputs
 from leanlm.modeling.hf_layout import target_of
-from leanlm.modeling.hf_layout.fields import Target, check_fields
+from leanlm.modeling.hf_layout.fields import Target, check_fields, export_kind
 
 
 def export_target(config: ModelConfig, kind: str, where: str) -> tuple[Target, str]:
@@ -60,14 +60,17 @@ def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
     where = str(checkpoint)
     meta = read_checkpoint_meta(checkpoint)
     config = ModelConfig.from_dict(meta["model"], where=f"{checkpoint / CONFIG_NAME}: model")
-    _target, cls = export_target(config, meta["kind"], where)
+    # The kind first (the backbone or head may refuse by itself), then with the head the weights tell
+    # (Shuffle+Random's two heads are two classes): export_kind.
+    export_target(config, meta["kind"], where)
+    model = load_model(checkpoint, kind=meta["kind"]).float().eval()
+    _target, cls = export_target(config, export_kind(model), where)
     _free(out)
     hashed = reads_features(config)  # its inputs are hashes of the text, not a subword tokenizer's ids
     if not hashed:
         tokenizer, source = run_tokenizer(checkpoint, meta)
         check_fits(tokenizer, config.vocab_size, source)
 
-    model = load_model(checkpoint, kind=meta["kind"]).float().eval()
     hf_config, tensors = _target.build(model, where)
     specials = {} if hashed else special_tokens(tokenizer)
     for role in ("bos", "eos"):

@@ -18,13 +18,15 @@ from torch import nn
 
 from leanlm.export.remote.files import CONFIG_FILE, leanlm_fields
 from leanlm.export.remote.hash_inputs import fields_of
-from leanlm.modeling.checkpoint import model_kind
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.hf_layout.fields import Rule, Target, check_fields, only
+from leanlm.modeling.hf_layout.fields import (SHUFFLE_RANDOM_OFFICIAL, Rule, Target, check_fields, export_kind,
+                                              label_fields, only)
 from leanlm.modeling.vocab import unpadded_state_dict
 
 MODELING = "modeling_leanlm_ch3"
-HASH_MODELING = "modeling_leanlm_hash"  # imported by MODELING: ships with every ch. 3 export
+# imported by MODELING: ship with every ch. 3 export
+ATTENTION_MODELING, HASH_MODELING = "modeling_leanlm_attention", "modeling_leanlm_hash"
+BASE_MODELS = {"bert": "LeanBertModel"}  # AutoModel: the encoder without its head
 # The head a tied weight belongs to, by backbone: transformers ties it to the word embedding again.
 TIED = {"bert": "decoder.weight", "gpt2": "lm_head.weight"}
 
@@ -38,18 +40,21 @@ def _template_embeddings() -> set[str]:
 
 def _template_attention() -> set[str]:
     """The attention variants the template implements (its ATTENTION table), read from the template."""
-    from leanlm.export.remote import modeling_leanlm_ch3
+    from leanlm.export.remote import modeling_leanlm_attention
 
-    return set(modeling_leanlm_ch3.ATTENTION)
+    return set(modeling_leanlm_attention.ATTENTION)
 
 
 def hf_leanlm_ch3(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """``(config.json fields, weights)`` of a leanlm BERT or GPT-2 model for the template's class."""
     config: ModelConfig = model.config
-    kind = model_kind(model)
+    kind = export_kind(model)
     target = REMOTE_CH3[config.backbone]
     cls = check_fields(config, target, kind, where)
-    fields = {**leanlm_fields(config, kind, MODELING, cls, getattr(model, "num_labels", None)), **fields_of(config)}
+    fields = {**leanlm_fields(config, kind, MODELING, cls, label_fields(model), BASE_MODELS.get(config.backbone)),
+              **fields_of(config)}
+    if kind.startswith("shuffle_random"):  # which of its two heads (leanlm.modeling.shuffle_random)
+        fields["shuffle_random_head"] = model.head_type
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in unpadded_state_dict(model).items()}
     if config.backbone == "bert" and hasattr(model.encoder.embeddings.word_embeddings, "hash_seeds"):
         # EELBERT's fixed seeds: leanlm regenerates them from embedding_options.seed (NumPy's PCG64); the
@@ -70,12 +75,13 @@ def _tied(model: nn.Module) -> bool:
     return model.lm_head is None
 
 
+CODE = (CONFIG_FILE, f"{MODELING}.py", f"{ATTENTION_MODELING}.py", f"{HASH_MODELING}.py")
 SIZES = frozenset({"vocab_size", "n_layers", "d_model", "n_heads", "head_dim", "d_ff", "max_position", "dropout",
                    "attention_dropout", "layer_norm_eps", "pad_token_id", "initializer_range", "pad_vocab_to",
                    "position_offset", "n_kv_heads"})
 PINNED = {
     "attention": Rule(lambda v, _c: v in _template_attention(),
-                      f"{MODELING}.py implements the ch. 3 attention variants in its ATTENTION table only"),
+                      f"{ATTENTION_MODELING}.py implements the ch. 3 attention variants in its ATTENTION table only"),
     "embedding": Rule(lambda v, c: v in (_template_embeddings() if c.backbone == "bert" else {"standard"}),
                       f"{HASH_MODELING}.py implements the ch. 2 embeddings in its EMBEDDINGS table only, for BERT"),
     # The embedding's settings, read with its defaults filled in (hash_inputs.embedding_options).
@@ -87,13 +93,17 @@ PINNED = {
 LEANLM_BERT = Target(
     backbone="bert",
     family="leanlm BERT (trust_remote_code)",
-    classes={"mlm": "LeanBertForMaskedLM", "classification": "LeanBertForSequenceClassification"},
+    # ch. 2's Shuffle+Random as token classification, either head (stock BERT's token classifier takes the
+    # official code's head where the rest of the model is stock).
+    classes={"mlm": "LeanBertForMaskedLM", "classification": "LeanBertForSequenceClassification",
+             "shuffle_random": "LeanBertForTokenClassification",
+             SHUFFLE_RANDOM_OFFICIAL: "LeanBertForTokenClassification"},
     carried=SIZES | {"type_vocab_size", "positions"},
     # RoPE and ch. 4's layouts are the Qwen decoder's; BERT's MLM head is always tied to a standard table.
     unused=frozenset({"rope_theta", "layout", "tie_word_embeddings"}),
     pinned=PINNED,
     build=hf_leanlm_ch3,
-    code=(CONFIG_FILE, f"{MODELING}.py", f"{HASH_MODELING}.py"),
+    code=CODE,
 )
 LEANLM_GPT2 = Target(
     backbone="gpt2",
@@ -104,6 +114,6 @@ LEANLM_GPT2 = Target(
     unused=frozenset({"rope_theta", "layout", "type_vocab_size", "positions"}),
     pinned=PINNED,
     build=hf_leanlm_ch3,
-    code=(CONFIG_FILE, f"{MODELING}.py", f"{HASH_MODELING}.py"),
+    code=CODE,
 )
 REMOTE_CH3 = {"bert": LEANLM_BERT, "gpt2": LEANLM_GPT2}

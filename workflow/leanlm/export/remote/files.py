@@ -15,7 +15,9 @@ CONFIG_FILE = "configuration_leanlm.py"
 CONFIG_CLASSES = {"bert": "LeanBertConfig", "gpt2": "LeanGPT2Config", "qwen": "LeanQwenConfig"}
 # The Auto class that loads each leanlm head (checkpoint kind).
 AUTO_CLASSES = {"causal_lm": "AutoModelForCausalLM", "mlm": "AutoModelForMaskedLM",
-                "classification": "AutoModelForSequenceClassification"}
+                "classification": "AutoModelForSequenceClassification",
+                "shuffle_random": "AutoModelForTokenClassification",
+                "shuffle_random:official_code": "AutoModelForTokenClassification"}
 
 
 def auto_map(backbone: str, models: dict[str, str]) -> dict[str, str]:
@@ -23,17 +25,14 @@ def auto_map(backbone: str, models: dict[str, str]) -> dict[str, str]:
     return {"AutoConfig": f"{CONFIG_FILE[:-3]}.{CONFIG_CLASSES[backbone]}", **models}
 
 
-def leanlm_fields(config, kind: str, modeling: str, cls: str, num_labels: int | None = None) -> dict[str, Any]:
+def leanlm_fields(config, kind: str, modeling: str, cls: str, labels: dict[str, Any] | None = None,
+                  base: str | None = None) -> dict[str, Any]:
     """config.json of a self-contained export: every leanlm model field under its own name, the class,
-    ``auto_map`` pointing the head's Auto class at ``modeling.cls``, and a classifier's labels."""
-    fields = {**dataclasses.asdict(config), "model_type": f"leanlm_{config.backbone}", "architectures": [cls],
-              "auto_map": auto_map(config.backbone, {AUTO_CLASSES[kind]: f"{modeling}.{cls}"})}
-    if num_labels is not None:
-        fields["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-        fields["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
-        if num_labels == 1:
-            fields["problem_type"] = "regression"
-    return fields
+    ``auto_map`` pointing the head's Auto class at ``modeling.cls`` (and ``AutoModel`` at the model without
+    its head, ``base``), and a classifier's labels (leanlm.modeling.hf_layout.fields.label_fields)."""
+    models = {AUTO_CLASSES[kind]: f"{modeling}.{cls}", **({"AutoModel": f"{modeling}.{base}"} if base else {})}
+    return {**dataclasses.asdict(config), "model_type": f"leanlm_{config.backbone}", "architectures": [cls],
+            "auto_map": auto_map(config.backbone, models), **(labels or {})}
 
 
 def copy_code(names: tuple[str, ...], out: Path) -> None:

@@ -3,18 +3,15 @@
 Copied verbatim into an export by ``leanlm export-hf`` (``trust_remote_code``); it imports only torch and
 transformers. Parameter names are leanlm's. ``config.attention`` names the sublayer of every block:
 
-- softmax attention that differs in how Q, K, V are projected: MHA (a projection per head), SHA (one
-  shared head whose output fills every head slot), MHE-ADD / MHE-MUL (SHA's seeds combined with a learned
-  embedding per head: seed + e_i, seed * (e_i + 1)), EL-ATT (keys and values are the input itself), MQA
-  (one key and value head), SKV (keys and values from one shared projection), GQA (``n_kv_heads`` groups);
-- token mixing without attention (encoder only for FNet): FNet (the real part of a 2-D DFT, the sequence
-  zero-padded to the longest input) and Linear (a learned ``max_len`` x ``max_len`` matrix along the
-  sequence, lower-triangular in a decoder, then the output projection).
+the variants (MHA, SHA, MHE-ADD/MUL, EL-ATT, MQA, SKV, GQA, FNet, Linear) are ``modeling_leanlm_attention.py``.
 
 BERT: post-LN blocks, exact (erf) GELU, learned (or sinusoidal) positions from ``position_offset``, token
 types; the MLM head tied to the word embedding, or, for ch. 2's embeddings without a table per token
 (``config.embedding``, ``modeling_leanlm_hash.py``), a matrix of its own; those read the per-token features
-the export's tokenizer returns (``hash_bits``, ...), passed to ``forward`` by name. GPT-2: pre-LN blocks, tanh GELU, the head tied or not.
+the export's tokenizer returns (``hash_bits``, ...), passed to ``forward`` by name. Every BERT head holds the
+encoder as ``encoder``, a ``LeanBertModel`` (``AutoModel``: the encoder a researcher fine-tunes). The heads:
+MLM, sequence classification, and ch. 2's Shuffle+Random as token classification. GPT-2: pre-LN blocks,
+tanh GELU, the head tied or not.
 """
 
 import math
@@ -23,153 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput
+from transformers.modeling_outputs import (BaseModelOutput, CausalLMOutput, MaskedLMOutput,
+                                           SequenceClassifierOutput, TokenClassifierOutput)
 
 from .configuration_leanlm import LeanBertConfig, LeanGPT2Config
+from .modeling_leanlm_attention import ATTENTION
 from .modeling_leanlm_hash import EMBEDDINGS, FEATURES
-
-
-class Attention(nn.Module):
-    """Project -> heads -> scaled dot-product attention -> merge -> output; subclasses build the projections
-    (a projection one head wide is shared by every head, broadcast)."""
-
-    def __init__(self, config, causal):
-        super().__init__()
-        self.n_heads, self.head_dim, self.causal = config.n_heads, config.head_dim, causal
-        self.dropout = config.attention_dropout
-        self.output = nn.Linear(config.n_heads * config.head_dim, config.d_model)
-
-    def heads(self, t):
-        b, length, width = t.shape
-        return t.view(b, length, width // self.head_dim, self.head_dim).transpose(1, 2)
-
-    def project(self, x):
-        return self.heads(self.query(x)), self.heads(self.key(x)), self.heads(self.value(x))
-
-    def forward(self, x, mask):
-        q, k, v = self.project(x)
-        n = max(q.size(1), k.size(1), v.size(1))
-        q, k, v = (t if t.size(1) != 1 else t.expand(-1, n, -1, -1) for t in (q, k, v))
-        bias, is_causal = None, self.causal and mask is None
-        if mask is not None:
-            allowed = mask[:, None, None, :]
-            if self.causal:
-                allowed = allowed & torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device).tril()
-            bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
-            bias = bias.masked_fill(~allowed, torch.finfo(q.dtype).min)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=is_causal,
-                                             dropout_p=self.dropout if self.training else 0.0,
-                                             enable_gqa=k.size(1) != q.size(1))
-        b, heads, length, dh = out.shape
-        out = out.expand(-1, self.n_heads, -1, -1)  # SHA's one head fills every slot
-        return self.output(out.transpose(1, 2).reshape(b, length, self.n_heads * dh))
-
-
-def linear(config, heads):
-    return nn.Linear(config.d_model, heads * config.head_dim)
-
-
-class MHA(Attention):
-    def __init__(self, config, causal, kv_heads=None):
-        super().__init__(config, causal)
-        kv = kv_heads or config.n_heads
-        self.query, self.key, self.value = linear(config, config.n_heads), linear(config, kv), linear(config, kv)
-
-
-class GQA(MHA):
-    def __init__(self, config, causal):
-        super().__init__(config, causal, config.n_kv_heads)
-
-
-class MQA(MHA):
-    def __init__(self, config, causal):
-        super().__init__(config, causal, 1)
-
-
-class SHA(Attention):
-    def __init__(self, config, causal):
-        super().__init__(config, causal)
-        self.query, self.key, self.value = linear(config, 1), linear(config, 1), linear(config, 1)
-
-
-class MHE(SHA):
-    """SHA's seeds, each combined with one learned embedding per head (``psi``)."""
-
-    def __init__(self, config, causal):
-        super().__init__(config, causal)
-        for name in ("query", "key", "value"):
-            setattr(self, f"{name}_head_embeddings", nn.Parameter(torch.zeros(config.n_heads, config.head_dim)))
-
-    def project(self, x):
-        seeds = super().project(x)
-        embeddings = (self.query_head_embeddings, self.key_head_embeddings, self.value_head_embeddings)
-        return tuple(self.psi(seed, e[None, :, None, :]) for seed, e in zip(seeds, embeddings))
-
-
-class MHEAdd(MHE):
-    @staticmethod
-    def psi(seed, e):
-        return seed + e
-
-
-class MHEMul(MHE):
-    @staticmethod
-    def psi(seed, e):
-        return seed * (e + 1.0)
-
-
-class ELAtt(Attention):
-    def __init__(self, config, causal):
-        super().__init__(config, causal)
-        self.query = linear(config, config.n_heads)
-
-    def project(self, x):
-        heads = self.heads(x)
-        return self.heads(self.query(x)), heads, heads
-
-
-class SKV(Attention):
-    def __init__(self, config, causal):
-        super().__init__(config, causal)
-        self.query, self.key_value = linear(config, config.n_heads), linear(config, config.n_heads)
-
-    def project(self, x):
-        kv = self.heads(self.key_value(x))
-        return self.heads(self.query(x)), kv, kv
-
-
-class TokenMixing(nn.Module):
-    """FNet / Linear: padded positions zeroed, then mixed along the sequence (``max_len`` its longest)."""
-
-    def __init__(self, config, causal):
-        super().__init__()
-        self.max_len, self.causal = config.max_position - config.position_offset, causal
-
-    def forward(self, x, mask):
-        if mask is not None:
-            x = x * mask[..., None].to(x.dtype)
-        return self.mix(x)
-
-
-class FNet(TokenMixing):
-    def mix(self, x):
-        spectrum = torch.fft.fftn(x.float(), s=(self.max_len, x.size(-1)), dim=(-2, -1))
-        return spectrum.real[..., :x.size(-2), :].to(x.dtype)
-
-
-class LinearMixing(TokenMixing):
-    def __init__(self, config, causal):
-        super().__init__(config, causal)
-        self.sequence_mixing = nn.Parameter(torch.zeros(self.max_len, self.max_len))
-        self.output = nn.Linear(config.d_model, config.d_model)
-
-    def mix(self, x):
-        weights = self.sequence_mixing[:x.size(-2), :x.size(-2)]
-        return self.output(torch.matmul(weights.tril() if self.causal else weights, x))
-
-
-ATTENTION = {"mha": MHA, "sha": SHA, "mhe_add": MHEAdd, "mhe_mul": MHEMul, "el_att": ELAtt, "mqa": MQA,
-             "skv": SKV, "gqa": GQA, "fnet": FNet, "linear": LinearMixing}
 
 
 def sinusoidal_positions(length, d_model):
@@ -245,23 +101,6 @@ class BertLayer(nn.Module):
         return self.output_norm(x + self.dropout(self.output(F.gelu(self.intermediate(x)))))
 
 
-class BertEncoder(nn.Module):
-    def __init__(self, config, pooler):
-        super().__init__()
-        self.embeddings = BertEmbeddings(config)
-        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.n_layers))
-        if pooler:
-            self.pooler = nn.Module()
-            self.pooler.dense = nn.Linear(config.d_model, config.d_model)
-
-    def forward(self, input_ids, attention_mask, token_type_ids, **features):
-        mask = padding(attention_mask)
-        x = self.embeddings(input_ids, token_type_ids, **features)
-        for layer in self.layers:
-            x = layer(x, mask)
-        return x
-
-
 class GPT2Block(nn.Module):
     """Pre-LN: x = x + Attn(LN(x)); x = x + W2 GELU_tanh(W1 LN(x))."""
 
@@ -310,6 +149,33 @@ class LeanCh3PreTrainedModel(PreTrainedModel):
             module.bias.data.zero_()
 
 
+class LeanBertModel(LeanCh3PreTrainedModel):
+    """The encoder without a head (``AutoModel``): what every BERT head below holds as ``encoder``, so that
+    ``AutoModel`` loads it from any of their exports (transformers strips the ``encoder.`` prefix)."""
+
+    config_class = LeanBertConfig
+    base_model_prefix = "encoder"
+
+    def __init__(self, config, add_pooling_layer=False):
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.n_layers))
+        if add_pooling_layer:
+            self.pooler = nn.Module()
+            self.pooler.dense = nn.Linear(config.d_model, config.d_model)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs):
+        mask = padding(attention_mask)
+        x = self.embeddings(input_ids, token_type_ids, **features_of(kwargs))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return BaseModelOutput(last_hidden_state=x)
+
+
 def classification_loss(logits, labels, num_labels):
     if labels is None:
         return None
@@ -320,11 +186,12 @@ def classification_loss(logits, labels, num_labels):
 
 class LeanBertForMaskedLM(LeanCh3PreTrainedModel):
     config_class = LeanBertConfig
+    base_model_prefix = "encoder"
     _tied_weights_keys = {"decoder.weight": "encoder.embeddings.word_embeddings.weight"}
 
     def __init__(self, config):
         super().__init__(config)
-        self.encoder = BertEncoder(config, pooler=False)
+        self.encoder = LeanBertModel(config)
         self.transform = nn.Module()
         self.transform.dense = nn.Linear(config.d_model, config.d_model)
         self.transform.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -338,7 +205,7 @@ class LeanBertForMaskedLM(LeanCh3PreTrainedModel):
         return self.decoder
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids, **features_of(kwargs))
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids, **kwargs).last_hidden_state
         logits = self.decoder(self.transform.norm(F.gelu(self.transform.dense(hidden))))
         loss = None if labels is None else F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
         return MaskedLMOutput(loss=loss, logits=logits)
@@ -346,18 +213,51 @@ class LeanBertForMaskedLM(LeanCh3PreTrainedModel):
 
 class LeanBertForSequenceClassification(LeanCh3PreTrainedModel):
     config_class = LeanBertConfig
+    base_model_prefix = "encoder"
+
     def __init__(self, config):
         super().__init__(config)
-        self.encoder = BertEncoder(config, pooler=True)
+        self.encoder = LeanBertModel(config, add_pooling_layer=True)
         self.dropout = nn.Dropout(config.dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids, **features_of(kwargs))
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids, **kwargs).last_hidden_state
         logits = self.classifier(self.dropout(torch.tanh(self.encoder.pooler.dense(hidden[:, 0]))))
         return SequenceClassifierOutput(loss=classification_loss(logits, labels, self.config.num_labels),
                                         logits=logits)
+
+
+class LeanBertForTokenClassification(LeanCh3PreTrainedModel):
+    """ch. 2's Shuffle+Random head: each token original / shuffled / random (``id2label``). The head is
+    ``config.shuffle_random_head``: ``bert`` (BERT's MLM transform, dense + GELU + LayerNorm, then a linear
+    layer to the labels) or ``official_code`` (the official HashFormers code's dropout + linear)."""
+
+    config_class = LeanBertConfig
+    base_model_prefix = "encoder"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.encoder = LeanBertModel(config)
+        if config.shuffle_random_head == "bert":
+            self.transform = nn.Module()
+            self.transform.dense = nn.Linear(config.d_model, config.d_model)
+            self.transform.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        else:
+            self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids, **kwargs).last_hidden_state
+        if self.config.shuffle_random_head == "bert":
+            hidden = self.transform.norm(F.gelu(self.transform.dense(hidden)))
+        else:
+            hidden = self.dropout(hidden)
+        logits = self.classifier(hidden)
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        return TokenClassifierOutput(loss=loss, logits=logits)
 
 
 class LeanGPT2ForCausalLM(LeanCh3PreTrainedModel, GenerationMixin):

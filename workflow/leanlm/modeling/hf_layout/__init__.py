@@ -6,7 +6,9 @@ One :class:`~leanlm.modeling.hf_layout.fields.Target` per backbone that has a st
 ==========  ==========================  ==============================================================
 backbone    heads (checkpoint kind)     transformers class
 ==========  ==========================  ==============================================================
-bert        mlm, classification         BertForMaskedLM, BertForSequenceClassification (MHA only)
+bert        mlm, classification,        BertForMaskedLM, BertForSequenceClassification,
+            shuffle_random (official    BertForTokenClassification (MHA only)
+            code's head)
 gpt2        causal_lm, classification   GPT2LMHeadModel, GPT2ForSequenceClassification (MHA only)
 qwen        causal_lm                   Qwen2ForCausalLM (ch. 4's Standard decoder), Qwen3ForCausalLM
                                         when it has q/k norms (qk_norm, the 1.7B)
@@ -27,7 +29,7 @@ from torch import nn
 from leanlm.errors import ConfigError
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hf_layout.bert import BERT, hf_bert
-from leanlm.modeling.hf_layout.fields import Target, check_fields
+from leanlm.modeling.hf_layout.fields import Target, check_fields, export_kind
 from leanlm.modeling.hf_layout.gpt2 import GPT2, hf_gpt2
 from leanlm.modeling.hf_layout.qwen2 import QWEN2, QWEN3, hf_qwen2, hf_qwen3
 
@@ -54,9 +56,7 @@ def target_of(config: ModelConfig, kind: str, where: str) -> tuple[Target, str]:
 def hf_layout(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """``(config.json fields, weights by Hugging Face name)`` of ``model`` (ConfigError when its backbone,
     head or a config field has no stock transformers equivalent)."""
-    from leanlm.modeling.checkpoint import model_kind
-
-    target, _cls = target_of(model.config, model_kind(model), where)
+    target, _cls = target_of(model.config, export_kind(model), where)
     return target.build(model, where)
 
 

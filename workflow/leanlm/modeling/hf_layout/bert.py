@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from leanlm.errors import LeanLMError
-from leanlm.modeling.checkpoint import deduplicated_state, model_kind
+from leanlm.modeling.checkpoint import deduplicated_state
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.hf_layout.fields import Rule, Target, check_fields, only
+from leanlm.modeling.hf_layout.fields import SHUFFLE_RANDOM_OFFICIAL, Rule, Target, check_fields, export_kind, label_fields, only
 from leanlm.modeling.vocab import unpadded_state_dict
 
 # Our parameter names -> Hugging Face BERT's, first match wins.
@@ -50,7 +50,7 @@ def _heads_fit(value: int, config: ModelConfig) -> bool:
     return config.n_heads * config.head_dim == config.d_model
 
 
-def _config_fields(config: ModelConfig, cls: str, num_labels: int | None) -> dict[str, Any]:
+def _config_fields(config: ModelConfig, cls: str, labels: dict[str, Any]) -> dict[str, Any]:
     hf: dict[str, Any] = {
         "model_type": "bert",
         "architectures": [cls],
@@ -69,12 +69,8 @@ def _config_fields(config: ModelConfig, cls: str, num_labels: int | None) -> dic
         "pad_token_id": config.pad_token_id,
         "position_embedding_type": "absolute",
         "tie_word_embeddings": True,
+        **labels,
     }
-    if num_labels is not None:
-        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-        hf["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
-        if num_labels == 1:
-            hf["problem_type"] = "regression"
     return hf
 
 
@@ -83,20 +79,21 @@ def hf_bert(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], dic
     Hugging Face BERT's layout, in memory: what the export writes (leanlm.export), and what the GPU
     check's ``transformers`` twin is built from (:mod:`leanlm.modeling.hf_twins`)."""
     config: ModelConfig = model.config
-    kind = model_kind(model)
-    cls = check_fields(config, BERT, kind, where)
+    cls = check_fields(config, BERT, export_kind(model), where)
     tensors, _ = deduplicated_state(model, unpadded_state_dict(model))
     try:
         hf_tensors = {hf_name(k): v for k, v in tensors.items() if k != "decoder.weight"}
     except KeyError as err:
         raise LeanLMError(f"{where}: {err.args[0]}; the exporter does not know this layer") from None
-    return _config_fields(config, cls, getattr(model, "num_labels", None)), hf_tensors
+    return _config_fields(config, cls, label_fields(model)), hf_tensors
 
 
 BERT = Target(
     backbone="bert",
     family="BERT",
-    classes={"mlm": "BertForMaskedLM", "classification": "BertForSequenceClassification"},
+    # Shuffle+Random with the official code's head (dropout + linear on every token) is BERT's token classifier.
+    classes={"mlm": "BertForMaskedLM", "classification": "BertForSequenceClassification",
+             SHUFFLE_RANDOM_OFFICIAL: "BertForTokenClassification"},
     carried=frozenset({"vocab_size", "n_layers", "d_model", "n_heads", "d_ff", "max_position", "dropout",
                        "attention_dropout", "layer_norm_eps", "pad_token_id", "initializer_range",
                        "pad_vocab_to"}),  # padding: the export writes the real rows only

@@ -82,3 +82,37 @@ def check_fields(config: ModelConfig, target: Target, kind: str, where: str) -> 
         raise ConfigError(f"{where}: a {kind!r} model of backbone {target.backbone!r} has no stock transformers "
                           f"class; exportable {target.backbone} heads: {', '.join(sorted(target.classes))}")
     return cls
+
+
+# ch. 2's Shuffle+Random model has two heads (leanlm.modeling.shuffle_random) and two classes: the official
+# code's dropout + linear is stock BERT's token classifier, the default's transform is not. The checkpoint
+# kind is the same for both; an export names them apart by this kind.
+SHUFFLE_RANDOM_OFFICIAL = "shuffle_random:official_code"
+
+
+def export_kind(model) -> str:
+    """The head a model exports as: its checkpoint kind, and which of Shuffle+Random's heads it has."""
+    from leanlm.modeling.checkpoint import model_kind
+
+    kind = model_kind(model)
+    if kind == "shuffle_random" and getattr(model, "head_type", "bert") == "official_code":
+        return SHUFFLE_RANDOM_OFFICIAL
+    return kind
+
+
+def label_fields(model) -> dict[str, Any]:
+    """config.json's ``id2label`` / ``label2id`` of a classifier (``LABEL_i``; a regressor's ``problem_type``)
+    or of a Shuffle+Random model (its classes by name); nothing for a language model."""
+    from leanlm.modeling.shuffle_random import LABELS
+
+    if export_kind(model).startswith("shuffle_random"):
+        names = list(LABELS)
+    elif getattr(model, "num_labels", None) is not None:
+        names = [f"LABEL_{i}" for i in range(model.num_labels)]
+    else:
+        return {}
+    fields: dict[str, Any] = {"id2label": {str(i): name for i, name in enumerate(names)},
+                              "label2id": {name: i for i, name in enumerate(names)}}
+    if len(names) == 1:
+        fields["problem_type"] = "regression"
+    return fields
