@@ -128,7 +128,25 @@ HASH_VARIANTS = {
                       "ch2_related-bert_hash_femto"),
 }
 
+# name -> (run of params/smoke.yaml, its S+R head): the pretrained checkpoints of ch. 2, and the official code's
+# head (dropout + linear) on a stock backbone (BERT's own token classifier) and on a hash embedding.
+SHUFFLE_RANDOM_CASES = {
+    "bert_sr": ("ch2_hashformers-bert_sr", "bert"),
+    "bert_sr-official": ("ch2_hashformers-bert_sr", "official_code"),
+    "md5_emb_1k": ("ch2_hashformers-md5_emb_1k", "bert"),
+    "md5_pool": ("ch2_hashformers-md5_pool", "bert"),
+    "md5_add-official": ("ch2_hashformers-md5_add", "official_code"),
+    "md5_proj": ("ch2_hashformers-md5_proj", "bert"),
+    "lsh_emb_50k": ("ch2_hashformers-lsh_emb_50k", "bert"),
+    "lsh_pool": ("ch2_hashformers-lsh_pool", "bert"),
+    "lsh_add": ("ch2_hashformers-lsh_add", "bert"),
+    "lsh_proj": ("ch2_hashformers-lsh_proj", "bert"),
+    "subword-lsh_proj": ("ch2_subword-lsh_proj", "bert"),
+    "proformer": ("ch2_hashformers-proformer", "bert"),
+}
 HASH_EMBEDDINGS = {(fields["embedding"], head) for fields, head, _ in HASH_VARIANTS.values()}
+# The ch. 2 S+R runs tests/test_export_shuffle_random.py exports (their embeddings read from the profile there).
+SHUFFLE_RANDOM_RUNS = {run_id for run_id, _ in SHUFFLE_RANDOM_CASES.values()}
 HF_CLASSES = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
               "causal_lm": "AutoModelForCausalLM"}
 

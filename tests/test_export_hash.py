@@ -86,7 +86,8 @@ def test_the_export_ships_its_tokenizer_and_the_templates(round_trips):
         out = root / name / "hf"
         config = json.loads((out / "config.json").read_text(encoding="utf-8"))
         assert config["embedding"] == fields["embedding"]
-        shipped = ["configuration_leanlm.py", "modeling_leanlm_ch3.py", "modeling_leanlm_hash.py"]
+        shipped = ["configuration_leanlm.py", "modeling_leanlm_ch3.py", "modeling_leanlm_attention.py",
+                   "modeling_leanlm_hash.py"]
         if fields["embedding"] != "bert_hash":
             shipped.append("tokenization_leanlm_hash.py")
             tokenizer_config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))

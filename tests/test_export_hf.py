@@ -26,28 +26,34 @@ def cli_export(checkpoint: Path, out: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("head", ["shuffle_random", "mlm"])
-def test_a_hash_embedding_model_is_refused_and_nothing_is_written(tmp_path, head):
+def test_a_hash_embedding_model_whose_run_cannot_be_read_is_refused_and_nothing_is_written(tmp_path, head):
     # ch2_hashformers-lsh_proj (a Shuffle+Random model): once exported with exit 0 as a stock BERT whose
-    # embedding transformers initialised at random. The hash embedding now exports (tests/test_export_hash.py);
-    # the S+R head has no class, and a run whose tokenizer setting cannot be read is not guessed.
+    # embedding transformers initialised at random. The hash embedding and the S+R head now export
+    # (tests/test_export_hash.py, test_export_shuffle_random.py); a run whose tokenizer setting cannot be read
+    # is not guessed.
     fields = dict(backbone="bert", embedding="hash_proj", embedding_options={"hash": "lsh", "bits": 16})
     save_run(tmp_path / "ckpt", fields, head, wordpiece())
     done = cli_export(tmp_path / "ckpt", tmp_path / "hf")
-    assert done.returncode != 0
-    says = ("a 'shuffle_random' model of backbone 'bert' has no stock transformers class" if head == "shuffle_random"
-            else "needs to know whether its run hashed words or subword pieces")
-    assert says in done.stderr, done.stderr
+    assert done.returncode == 2
+    assert "needs to know whether its run hashed words or subword pieces" in done.stderr, done.stderr
     assert not (tmp_path / "hf").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder left behind
-    if head == "shuffle_random":  # docs/export.md shows this very message for ch2_hashformers-lsh_proj
-        shown = (ROOT / "docs" / "export.md").read_text(encoding="utf-8").split("leanlm export-hf: error:")[1]
-        shown = " ".join(shown.split("```")[0].split())
-        said = done.stderr.strip().split("leanlm export-hf: error: ", 1)[1]
-        assert said.replace(str(tmp_path / "ckpt"), "models/smoke/ch2_hashformers-lsh_proj") == shown
+
+
+def test_a_head_without_a_class_is_refused_through_the_cli_as_the_docs_show(tmp_path):
+    save_run(tmp_path / "ckpt", dict(backbone="bert"), "qa", wordpiece())
+    done = cli_export(tmp_path / "ckpt", tmp_path / "hf")
+    assert done.returncode == 2 and not (tmp_path / "hf").exists()
+    # docs/export.md shows this very message for a question-answering checkpoint
+    shown = (ROOT / "docs" / "export.md").read_text(encoding="utf-8").split("leanlm export-hf: error:")[1]
+    shown = " ".join(shown.split("```")[0].split())
+    said = done.stderr.strip().split("leanlm export-hf: error: ", 1)[1]
+    assert said.replace(str(tmp_path / "ckpt"), "CHECKPOINT") == shown
 
 
 @pytest.mark.parametrize("fields, head, says", [
-    (dict(backbone="bert"), "shuffle_random", "'shuffle_random' model of backbone 'bert' has no stock"),
+    (dict(backbone="bert"), "multiple_choice", "'multiple_choice' model of backbone 'bert' has no stock "
+                                               "transformers class nor one in leanlm's own code"),
     (dict(backbone="bert"), "qa", "'qa' model of backbone 'bert' has no stock"),
     (dict(backbone="transformer", n_decoder_layers=2), "seq2seq", "backbone='transformer' cannot be exported"),
 ])
@@ -148,7 +154,7 @@ def test_every_model_of_the_matrix_exports_or_is_refused_by_name(case, tmp_path)
     from leanlm.modeling.checkpoint import save_checkpoint
     from leanlm.training.run_tokenizer import save_run_tokenizer
 
-    from export_cases import HASH_EMBEDDINGS
+    from export_cases import HASH_EMBEDDINGS, SHUFFLE_RANDOM_RUNS
     from leanlm.export.remote.hash_inputs import reads_features
 
     fields, head = MATRIX[case]
@@ -159,10 +165,14 @@ def test_every_model_of_the_matrix_exports_or_is_refused_by_name(case, tmp_path)
         assert str(err).startswith(f"{case}: ") and ("cannot be exported" in str(err) or "no stock" in str(err))
         return
     if reads_features(model.config):  # exported from text, with its run's codebook: tests/test_export_hash.py
-        assert (model.config.embedding, head) in HASH_EMBEDDINGS
+        kind = (model.config.embedding, model.config.embedding_options.get("hash"))
+        assert (model.config.embedding, head) in HASH_EMBEDDINGS or (head == "shuffle_random" and kind in {
+            (f.get("embedding"), (f.get("embedding_options") or {}).get("hash"))
+            for f, _ in map(MATRIX.get, SHUFFLE_RANDOM_RUNS) if f is not None}), case
         return
     assert (model.config.backbone, head) in {(f["backbone"], h) for f, h, _ in
-                                             [*VARIANTS.values(), *REMOTE_VARIANTS.values()]}
+                                             [*VARIANTS.values(), *REMOTE_VARIANTS.values()]} | {
+        ("bert", "shuffle_random")}  # BERT-S+R: tests/test_export_shuffle_random.py
     save_checkpoint(model, model.config, tmp_path / "ckpt", extra={"run_id": case})
     save_run_tokenizer(word_level(model.config.vocab_size), tmp_path / "ckpt", keep=True)
     export_hf(tmp_path / "ckpt", tmp_path / "hf")

@@ -40,6 +40,10 @@ for name, spec in job.items():
         logits = model(**batch).logits
     out[name] = {"logits": logits.tolist(), "class": type(model).__name__,
                  "module": type(model).__module__.split(".")[-1]}
+    if "AutoModel" in model.config.auto_map:  # the encoder without its head, from the same export
+        encoder = transformers.AutoModel.from_pretrained(spec["dir"], trust_remote_code=True).eval()
+        with torch.no_grad():
+            out[name]["hidden"] = encoder(**batch).last_hidden_state.tolist()
 print(json.dumps(out))
 """
 
@@ -77,6 +81,8 @@ def round_trips(tmp_path_factory):
             with torch.no_grad():
                 ours[run] = {"logits": model(**batch)["logits"], "mask": batch["attention_mask"].bool(),
                              "head": head, "backbone": fields["backbone"]}
+                if fields["backbone"] == "bert":
+                    ours[run]["hidden"] = model.encoder(**batch)[0]
             job[run] = {"dir": str(root / name / "hf"), "kwargs": kwargs, "auto": HF_CLASSES[head],
                         "batch": {k: v.tolist() for k, v in batch.items()}}
     theirs = run_fresh(LOAD, root, job)
@@ -93,6 +99,10 @@ def test_transformers_computes_leanlms_logits_with_the_exported_code(round_trips
     else:  # per token: padded positions of a row are nobody's output
         torch.testing.assert_close(logits[ours["mask"]], ours["logits"][ours["mask"]], atol=ATOL, rtol=1e-4)
     assert theirs["class"] == CLASSES[ours["backbone"], ours["head"]]
+    assert ("hidden" in theirs) == (ours["backbone"] == "bert")  # AutoModel: BERT's encoder
+    if "hidden" in theirs:
+        hidden = torch.tensor(theirs["hidden"])
+        torch.testing.assert_close(hidden[ours["mask"]], ours["hidden"][ours["mask"]], atol=ATOL, rtol=1e-4)
     assert theirs["module"] == MODELING[ours["backbone"]]
 
 
@@ -108,9 +118,15 @@ def test_the_export_ships_the_repositorys_templates_and_points_auto_map_at_them(
         out, backbone = root / name / "hf", fields["backbone"]
         config = json.loads((out / "config.json").read_text(encoding="utf-8"))
         assert config["auto_map"] == {"AutoConfig": f"configuration_leanlm.{CONFIGS[backbone]}",
-                                      HF_CLASSES[head]: f"{MODELING[backbone]}.{CLASSES[backbone, head]}"}
+                                      HF_CLASSES[head]: f"{MODELING[backbone]}.{CLASSES[backbone, head]}",
+                                      **({"AutoModel": "modeling_leanlm_ch3.LeanBertModel"} if backbone == "bert"
+                                         else {})}
         assert config["model_type"] == f"leanlm_{backbone}"
-        for code in ("configuration_leanlm.py", f"{MODELING[backbone]}.py"):
+        shipped = ["configuration_leanlm.py", f"{MODELING[backbone]}.py"]
+        if backbone != "qwen":  # the ch. 3 template imports its siblings
+            shipped += ["modeling_leanlm_attention.py", "modeling_leanlm_hash.py"]
+        assert sorted(p.name for p in out.glob("*.py")) == sorted(shipped)
+        for code in shipped:
             assert (out / code).read_text(encoding="utf-8") == (TEMPLATES / code).read_text(encoding="utf-8")
         assert (out / "tokenizer.json").is_file()
 

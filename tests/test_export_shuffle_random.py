@@ -13,27 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from export_cases import leanlm_logits, run_fresh, save_hash_run
+from export_cases import SHUFFLE_RANDOM_CASES as CASES, leanlm_logits, run_fresh, save_hash_run
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "workflow" / "leanlm" / "export" / "remote"
 SINGLES = ["The cat sat on the mat.", "Unseen words: zyzzyva, quokka!! [MASK] and [UNK]"]
 PAIRS = (["a dog ran in the park", "Hello there"], ["fast, faster, fastest.", "hashing [SEP] pieces"])
-# name -> (run of params/smoke.yaml, its S+R head): the pretrained checkpoints of ch. 2, and the official code's
-# head (dropout + linear) on a stock backbone (BERT's own token classifier) and on a hash embedding.
-CASES = {
-    "bert_sr": ("ch2_hashformers-bert_sr", "bert"),
-    "bert_sr-official": ("ch2_hashformers-bert_sr", "official_code"),
-    "md5_emb_1k": ("ch2_hashformers-md5_emb_1k", "bert"),
-    "md5_pool": ("ch2_hashformers-md5_pool", "bert"),
-    "md5_add-official": ("ch2_hashformers-md5_add", "official_code"),
-    "md5_proj": ("ch2_hashformers-md5_proj", "bert"),
-    "lsh_emb_50k": ("ch2_hashformers-lsh_emb_50k", "bert"),
-    "lsh_pool": ("ch2_hashformers-lsh_pool", "bert"),
-    "lsh_add": ("ch2_hashformers-lsh_add", "bert"),
-    "lsh_proj": ("ch2_hashformers-lsh_proj", "bert"),
-    "subword-lsh_proj": ("ch2_subword-lsh_proj", "bert"),
-    "proformer": ("ch2_hashformers-proformer", "bert"),
-}
 CLASSES = {"bert_sr-official": "BertForTokenClassification"}  # the others: the template's
 LOAD = """
 import json, sys

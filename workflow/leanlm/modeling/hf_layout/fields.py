@@ -79,8 +79,9 @@ def check_fields(config: ModelConfig, target: Target, kind: str, where: str) -> 
             raise ConfigError(f"{where}: {name}={value!r} cannot be exported to transformers' {cls}: "
                               f"{rule.says}; nothing was written")
     if kind not in target.classes:
+        nor = " nor one in leanlm's own code" if target.code else ""  # the self-contained classes are tried last
         raise ConfigError(f"{where}: a {kind!r} model of backbone {target.backbone!r} has no stock transformers "
-                          f"class; exportable {target.backbone} heads: {', '.join(sorted(target.classes))}")
+                          f"class{nor}; exportable {target.backbone} heads: {', '.join(sorted(target.classes))}")
     return cls
 
 
