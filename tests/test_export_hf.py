@@ -55,7 +55,6 @@ def test_a_head_without_a_class_is_refused_through_the_cli_as_the_docs_show(tmp_
     (dict(backbone="bert"), "multiple_choice", "'multiple_choice' model of backbone 'bert' has no stock "
                                                "transformers class nor one in leanlm's own code"),
     (dict(backbone="bert"), "qa", "'qa' model of backbone 'bert' has no stock"),
-    (dict(backbone="transformer", n_decoder_layers=2), "seq2seq", "backbone='transformer' cannot be exported"),
 ])
 def test_what_transformers_cannot_express_is_refused_by_field(tmp_path, fields, head, says):
     from leanlm.export import export_hf
@@ -134,13 +133,12 @@ def test_the_tokenizer_must_fit_the_model(tmp_path):
 MATRIX = distinct_models()
 
 
-def word_level(size: int):
+def word_level(size: int, specials: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")):
     """A tokenizer of exactly ``size`` tokens with BERT's special tokens (the matrix's models' vocabulary)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {t: i for i, t in enumerate(specials + [f"w{i}" for i in range(size - len(specials))])}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    vocab = {t: i for i, t in enumerate([*specials, *(f"w{i}" for i in range(size - len(specials)))])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=specials[1]))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return tokenizer
 
@@ -168,12 +166,15 @@ def test_every_model_of_the_matrix_exports_or_is_refused_by_name(case, tmp_path)
         kind = (model.config.embedding, model.config.embedding_options.get("hash"))
         assert (model.config.embedding, head) in HASH_EMBEDDINGS or (head == "shuffle_random" and kind in {
             (f.get("embedding"), (f.get("embedding_options") or {}).get("hash"))
-            for f, _ in map(MATRIX.get, SHUFFLE_RANDOM_RUNS) if f is not None}), case
+            for f, _ in filter(None, map(MATRIX.get, SHUFFLE_RANDOM_RUNS))}), case
         return
     assert (model.config.backbone, head) in {(f["backbone"], h) for f, h, _ in
                                              [*VARIANTS.values(), *REMOTE_VARIANTS.values()]} | {
-        ("bert", "shuffle_random")}  # BERT-S+R: tests/test_export_shuffle_random.py
+        ("bert", "shuffle_random"), ("transformer", "seq2seq")}  # tests/test_export_shuffle_random.py, _seq2seq.py
     save_checkpoint(model, model.config, tmp_path / "ckpt", extra={"run_id": case})
-    save_run_tokenizer(word_level(model.config.vocab_size), tmp_path / "ckpt", keep=True)
+    from leanlm.training.translation_pairs import SPECIAL_TOKENS  # the translation BPE's <pad> <unk> <s> </s>
+
+    save_run_tokenizer(word_level(model.config.vocab_size, *([SPECIAL_TOKENS] if head == "seq2seq" else [])),
+                       tmp_path / "ckpt", keep=True)
     export_hf(tmp_path / "ckpt", tmp_path / "hf")
     assert (tmp_path / "hf" / "model.safetensors").is_file()

@@ -1,6 +1,7 @@
 """Each variant with a stock class round-trips: exported by ``leanlm export-hf``, loaded by ``AutoModelFor*``
 and ``AutoTokenizer`` in a fresh process where leanlm is not importable, it gives leanlm's logits and
-token ids; lm-evaluation-harness's own HFLM scores an exported ch. 4 decoder as leanlm's adapter does."""
+token ids; lm-evaluation-harness's own HFLM scores exported ch. 4 decoders (the stock Qwen2 and two with their
+own code) as leanlm's adapter does."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import pytest
 import torch
 
-from export_cases import HF_CLASSES, VARIANTS, run_fresh, save_run
+from export_cases import HF_CLASSES, REMOTE_VARIANTS, VARIANTS, run_fresh, save_run
 
 SAMPLES = ["the cat sat on the mat.", "Hello world: models load anywhere!", "padding rows never reach a logit"]
 ATOL = 1e-5  # fp32 on the CPU: float rounding only
@@ -100,7 +101,8 @@ import json, sys
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 job = json.loads(sys.argv[1])
-lm = HFLM(pretrained=job["dir"], backend="causal", device="cpu", batch_size=2, dtype="float32")
+lm = HFLM(pretrained=job["dir"], backend="causal", device="cpu", batch_size=2, dtype="float32",
+          trust_remote_code=job["remote"])
 requests = [Instance(request_type="loglikelihood", doc={}, arguments=tuple(pair), idx=i)
             for i, pair in enumerate(job["pairs"])]
 print(json.dumps([list(r) for r in lm.loglikelihood(requests)]))
@@ -109,18 +111,27 @@ PAIRS = [["the cat sat on", " the mat."], ["hello world:", " this is leanlm"], [
          ["models in transformers'", " layout load anywhere"], ["padding", " rows never reach a logit"]]
 
 
-def test_lm_eval_hflm_scores_an_exported_decoder_as_leanlms_adapter(tmp_path):
+# The stock Qwen2 export, and ch. 4 decoders with their own code (trust_remote_code): an MLP-mixer and an
+# Approximate hybrid.
+HFLM_DECODERS = {"qwen-standard": VARIANTS["qwen-standard"], "qwen-mlp-uniform": REMOTE_VARIANTS["qwen-mlp-uniform"],
+                 "qwen-approximate-hybrid": REMOTE_VARIANTS["qwen-approximate-hybrid"]}
+
+
+@pytest.mark.parametrize("name", sorted(HFLM_DECODERS))
+def test_lm_eval_hflm_scores_an_exported_decoder_as_leanlms_adapter(tmp_path, name):
     # lm-eval's HF backend needs accelerate, which the project's "lmeval" extra installs with lm-eval: no skip.
     from lm_eval.api.instance import Instance
 
     from leanlm.export import export_hf
     from leanlm.lm_eval.adapter import LeanLMEvalAdapter
 
-    fields, head, make_tokenizer = VARIANTS["qwen-standard"]
+    fields, head, make_tokenizer = HFLM_DECODERS[name]
     tokenizer = make_tokenizer()
-    model = save_run(tmp_path / "ckpt", fields, head, tokenizer, run_id="qwen-standard")
+    model = save_run(tmp_path / "ckpt", fields, head, tokenizer, run_id=name)
     export_hf(tmp_path / "ckpt", tmp_path / "hf")
-    theirs = run_fresh(HFLM, tmp_path, {"dir": str(tmp_path / "hf"), "pairs": PAIRS})
+    remote = name not in VARIANTS
+    assert remote == (tmp_path / "hf" / "modeling_leanlm_qwen.py").is_file()
+    theirs = run_fresh(HFLM, tmp_path, {"dir": str(tmp_path / "hf"), "pairs": PAIRS, "remote": remote})
     adapter = LeanLMEvalAdapter(model, tokenizer, batch_size=2)
     ours = adapter.loglikelihood([Instance(request_type="loglikelihood", doc={}, arguments=tuple(p), idx=i)
                                   for i, p in enumerate(PAIRS)])

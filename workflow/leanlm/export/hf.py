@@ -31,6 +31,7 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.export.remote import REMOTE_TARGETS
 from leanlm.export.remote.files import copy_code
 from leanlm.export.remote.hash_inputs import probe_batches, reads_features, write_hash_inputs
+from leanlm.export.remote.seq2seq import translation_tokenizer
 from leanlm.modeling.hf_layout import target_of
 from leanlm.modeling.hf_layout.fields import Target, check_fields, export_kind
 
@@ -73,6 +74,8 @@ def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
 
     hf_config, tensors = _target.build(model, where)
     specials = {} if hashed else special_tokens(tokenizer)
+    if config.backbone == "transformer":  # the translation BPE: a text ends with </s>, the target starts with <s>
+        tokenizer, specials = translation_tokenizer(tokenizer, where)
     for role in ("bos", "eos"):
         if f"{role}_token" in specials:
             hf_config[f"{role}_token_id"] = tokenizer.token_to_id(specials[f"{role}_token"])
@@ -92,7 +95,8 @@ def export_hf(checkpoint: str | os.PathLike, out: str | os.PathLike) -> Path:
             ours = write_hash_inputs(checkpoint, meta, config, staging, max_length, where)
             check_written(model, staging, cls, where, probe_batches(ours, config, staging))
         else:
-            write_tokenizer(tokenizer, staging, max_length, config.backbone == "bert" and config.type_vocab_size > 0)
+            write_tokenizer(tokenizer, staging, max_length, config.backbone == "bert" and config.type_vocab_size > 0,
+                            specials)
             check_written(model, staging, cls, where)
         _free(out)
         if out.exists():

@@ -55,19 +55,21 @@ def special_tokens(tokenizer: Tokenizer) -> dict[str, str]:
     return found
 
 
-def write_tokenizer(tokenizer: Tokenizer, out: Path, model_max_length: int, token_types: bool = False) -> dict[str, str]:
+def write_tokenizer(tokenizer: Tokenizer, out: Path, model_max_length: int, token_types: bool = False,
+                    specials: dict[str, str] | None = None) -> dict[str, str]:
     """Write the three files into ``out``; returns the special tokens declared.
 
     The copy has truncation and padding off (a leanlm tokenizer may carry them; transformers applies its
     own from its arguments) and ``model_max_length`` the model's longest input. ``token_types``: the model
     reads token type ids (BERT with a token-type table), so the tokenizer returns them (a pair's second text
-    is type 1); transformers' fast tokenizer leaves them out unless told."""
+    is type 1); transformers' fast tokenizer leaves them out unless told. ``specials``: the special tokens by
+    transformers' keyword, when the roles are not BERT's or an end-of-text BPE's (the translation BPE's)."""
     from transformers import PreTrainedTokenizerFast
 
     plain = Tokenizer.from_str(tokenizer.to_str())
     plain.no_truncation()
     plain.no_padding()
-    specials = special_tokens(plain)
+    specials = special_tokens(plain) if specials is None else specials
     names = ["input_ids", "token_type_ids", "attention_mask"] if token_types else ["input_ids", "attention_mask"]
     fast = PreTrainedTokenizerFast(tokenizer_object=plain, model_max_length=model_max_length,
                                    model_input_names=names, **specials)

@@ -23,6 +23,8 @@ def probe_batch(config) -> dict[str, torch.Tensor]:
     ids = torch.randint(0, config.vocab_size, (BATCH, length), generator=g)
     ids[ids == config.pad_token_id] = (config.pad_token_id + 1) % config.vocab_size
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if config.n_decoder_layers:  # the encoder-decoder: a target prefix (<s> + tokens) beside the source
+        batch["decoder_input_ids"] = torch.randint(0, config.vocab_size, (BATCH, length), generator=g)
     if config.backbone == "bert":
         types = torch.zeros_like(ids)
         types[:, length // 2:] = min(1, config.type_vocab_size - 1)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from leanlm.export.remote.ch3 import LEANLM_BERT, LEANLM_GPT2
 from leanlm.export.remote.qwen import LEANLM_QWEN
+from leanlm.export.remote.seq2seq import LEANLM_TRANSFORMER
 from leanlm.modeling.hf_layout.fields import Target
 
-REMOTE_TARGETS: dict[str, Target] = {t.backbone: t for t in (LEANLM_BERT, LEANLM_GPT2, LEANLM_QWEN)}
+REMOTE_TARGETS: dict[str, Target] = {t.backbone: t for t in (LEANLM_BERT, LEANLM_GPT2, LEANLM_QWEN,
+                                                               LEANLM_TRANSFORMER)}
 
 __all__ = ["REMOTE_TARGETS"]

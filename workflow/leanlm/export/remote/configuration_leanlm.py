@@ -30,3 +30,7 @@ class LeanGPT2Config(LeanLMConfig):
 
 class LeanQwenConfig(LeanLMConfig):
     model_type = "leanlm_qwen"
+
+
+class LeanTransformerConfig(LeanLMConfig):
+    model_type = "leanlm_transformer"

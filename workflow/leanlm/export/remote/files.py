@@ -12,12 +12,14 @@ from typing import Any
 TEMPLATES = Path(__file__).resolve().parent
 CONFIG_FILE = "configuration_leanlm.py"
 # The configuration class of each backbone (one per backbone: transformers' Auto registry needs it so).
-CONFIG_CLASSES = {"bert": "LeanBertConfig", "gpt2": "LeanGPT2Config", "qwen": "LeanQwenConfig"}
+CONFIG_CLASSES = {"bert": "LeanBertConfig", "gpt2": "LeanGPT2Config", "qwen": "LeanQwenConfig",
+                  "transformer": "LeanTransformerConfig"}
 # The Auto class that loads each leanlm head (checkpoint kind).
 AUTO_CLASSES = {"causal_lm": "AutoModelForCausalLM", "mlm": "AutoModelForMaskedLM",
                 "classification": "AutoModelForSequenceClassification",
                 "shuffle_random": "AutoModelForTokenClassification",
-                "shuffle_random:official_code": "AutoModelForTokenClassification"}
+                "shuffle_random:official_code": "AutoModelForTokenClassification",
+                "seq2seq": "AutoModelForSeq2SeqLM"}
 
 
 def auto_map(backbone: str, models: dict[str, str]) -> dict[str, str]:

@@ -11,7 +11,11 @@ Parameter names are leanlm's. :data:`ATTENTION` maps ``config.attention`` to the
 - token mixing without attention (self only; encoder only for FNet): FNet (the real part of a 2-D DFT, the
   sequence zero-padded to the longest input) and Linear (a learned ``max_len`` x ``max_len`` matrix along
   the sequence, lower-triangular in a decoder, then the output projection).
+
+Also the fixed sinusoidal position table (:func:`sinusoidal_positions`) the templates' models add.
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -162,3 +166,13 @@ class LinearMixing(TokenMixing):
 
 ATTENTION = {"mha": MHA, "sha": SHA, "mhe_add": MHEAdd, "mhe_mul": MHEMul, "el_att": ELAtt, "mqa": MQA,
              "skv": SKV, "gqa": GQA, "fnet": FNet, "linear": LinearMixing}
+
+
+def sinusoidal_positions(length, d_model):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    angles = position * torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return table

@@ -14,8 +14,6 @@ MLM, sequence classification, and ch. 2's Shuffle+Random as token classification
 tanh GELU, the head tied or not.
 """
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,18 +22,8 @@ from transformers.modeling_outputs import (BaseModelOutput, CausalLMOutput, Mask
                                            SequenceClassifierOutput, TokenClassifierOutput)
 
 from .configuration_leanlm import LeanBertConfig, LeanGPT2Config
-from .modeling_leanlm_attention import ATTENTION
+from .modeling_leanlm_attention import ATTENTION, sinusoidal_positions
 from .modeling_leanlm_hash import EMBEDDINGS, FEATURES
-
-
-def sinusoidal_positions(length, d_model):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)."""
-    position = torch.arange(length, dtype=torch.float32)[:, None]
-    angles = position * torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(length, d_model)
-    table[:, 0::2] = torch.sin(angles)
-    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
-    return table
 
 
 def word_embedding(config):
