@@ -138,3 +138,10 @@ def test_an_encoder_decoder_with_another_tokenizer_is_refused(tmp_path):
     with pytest.raises(DataError, match="not the translation BPE's"):
         export_hf(tmp_path / "ckpt", tmp_path / "hf")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_the_exports_special_tokens_are_the_translation_bpes():
+    from leanlm.export.remote.seq2seq import SPECIALS
+    from leanlm.training.translation_pairs import SPECIAL_TOKENS
+
+    assert sorted(SPECIALS.values()) == list(enumerate(SPECIAL_TOKENS))

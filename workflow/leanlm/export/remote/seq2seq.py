@@ -22,10 +22,16 @@ from leanlm.export.remote.ch3 import ATTENTION_MODELING, SIZES
 from leanlm.export.remote.files import CONFIG_FILE, leanlm_fields
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hf_layout.fields import Rule, Target, check_fields, export_kind, only
+from leanlm.modeling.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from leanlm.modeling.vocab import unpadded_state_dict
 
 MODELING = "modeling_leanlm_seq2seq"
 CLASS = "LeanTransformerForSeq2SeqLM"
+# transformers' special-token keyword -> (id, token) of the translation BPE, whose ids the model's are
+# (leanlm.modeling.seq2seq); the tokens are leanlm.training.translation_pairs.SPECIAL_TOKENS, which sits above
+# the export (tests/test_export_seq2seq.py checks they agree).
+SPECIALS = {"pad_token": (PAD_ID, "<pad>"), "unk_token": (UNK_ID, "<unk>"), "bos_token": (BOS_ID, "<s>"),
+            "eos_token": (EOS_ID, "</s>")}
 
 
 def _cross_attention() -> set[str]:
@@ -38,8 +44,6 @@ def _cross_attention() -> set[str]:
 
 def hf_leanlm_seq2seq(model: nn.Module, where: str = "model") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """``(config.json fields, weights)`` of a leanlm encoder-decoder for ``LeanTransformerForSeq2SeqLM``."""
-    from leanlm.modeling.seq2seq import BOS_ID, EOS_ID
-
     config: ModelConfig = model.config
     cls = check_fields(config, LEANLM_TRANSFORMER, export_kind(model), where)
     fields = {**leanlm_fields(config, "seq2seq", MODELING, cls), "is_encoder_decoder": True,
@@ -55,19 +59,16 @@ def hf_leanlm_seq2seq(model: nn.Module, where: str = "model") -> tuple[dict[str,
 def translation_tokenizer(tokenizer: Tokenizer, where: str) -> tuple[Tokenizer, dict[str, str]]:
     """The run's BPE as transformers' tokenizer reads it: a text ends with </s> (leanlm's source, and its
     labels), and the special tokens by role (<s> begins the target: ``decoder_start_token_id``)."""
-    from leanlm.modeling.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-    from leanlm.training.translation_pairs import SPECIAL_TOKENS
-
-    found = tuple(tokenizer.id_to_token(i) for i in range(len(SPECIAL_TOKENS)))
-    if found != SPECIAL_TOKENS:  # the model's ids for <pad> <unk> <s> </s> are fixed (leanlm.modeling.seq2seq)
-        raise DataError(f"{where}: the run's tokenizer begins with {found}, not the translation BPE's "
-                        f"{SPECIAL_TOKENS}: it is not the tokenizer the model was trained with; nothing was written")
+    found = {role: tokenizer.id_to_token(index) for role, (index, _token) in SPECIALS.items()}
+    if found != {role: token for role, (_index, token) in SPECIALS.items()}:
+        raise DataError(f"{where}: the run's tokenizer has {found}, not the translation BPE's special tokens "
+                        f"{SPECIALS} (id, token): it is not the tokenizer the model was trained with; nothing "
+                        f"was written")
     ended = Tokenizer.from_str(tokenizer.to_str())
-    eos = ended.id_to_token(EOS_ID)
+    eos_id, eos = SPECIALS["eos_token"]
     ended.post_processor = processors.TemplateProcessing(single=f"$A {eos}", pair=f"$A {eos} $B {eos}",
-                                                         special_tokens=[(eos, EOS_ID)])
-    roles = {"pad_token": PAD_ID, "unk_token": UNK_ID, "bos_token": BOS_ID, "eos_token": EOS_ID}
-    return ended, {role: ended.id_to_token(index) for role, index in roles.items()}
+                                                         special_tokens=[(eos, eos_id)])
+    return ended, found
 
 
 LEANLM_TRANSFORMER = Target(
