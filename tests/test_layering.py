@@ -37,13 +37,15 @@ FLOORS = (
     ("matrix", ("leanlm.runs", "leanlm.record_settings")),  # the runs a profile resolves to
     ("evaluation", ("leanlm.evaluation",)),  # metrics and scoring, from predictions or a model
     ("data", ("leanlm.data",)),  # sources, task families, tokenizer, pretraining corpora
-    ("export", ("leanlm.export",)),  # a checkpoint and its tokenizer in transformers' layout (export-hf)
     ("lm_eval", ("leanlm.lm_eval",)),  # ch. 4's lm-eval tasks, stand-ins, mirror and adapter
     ("data stages", ("leanlm.data.plumbing.stages", "leanlm.data.fixtures", "leanlm.data.plumbing.mirror_fill")),  # DVC's commands
     ("training engine", ("leanlm.training",)),
     ("ch. 2 hashing route", ("leanlm.hashing",)),  # hashers, codebooks and how a hash run's text becomes inputs
     ("stages", ("leanlm.stages", "leanlm.plugins", "leanlm.objectives", "leanlm.runners", "leanlm.routes")),
     ("profile", ("leanlm.config", "leanlm.profile_checks")),  # a profile read and checked against the library
+    # a checkpoint and its tokenizer in transformers' layout (export-hf); a hash run's inputs are computed as its
+    # profile says (its route, leanlm.hashing), so the export sits above both
+    ("export", ("leanlm.export",)),
     ("reporting", ("leanlm.reporting", "leanlm.claims", "leanlm.budget", "leanlm.memory", "leanlm.memory_probe")),
     ("workflow", ("leanlm.snakemake_records", "leanlm.share", "leanlm.cli", "leanlm.commands", "leanlm.job_code", "leanlm.cluster",
                   "leanlm.benchmarks")),
