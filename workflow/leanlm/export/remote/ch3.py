@@ -3,7 +3,9 @@ SKV, GQA, FNet, Linear) as ``modeling_leanlm_ch3.py``'s classes (``trust_remote_
 stock class (MHA with a standard embedding still exports as a stock BERT / GPT-2). Also what stock BERT
 cannot number: sinusoidal positions, RoBERTa-style ``position_offset``, no token-type table; and ch. 2's
 word embeddings without a table per token (``modeling_leanlm_hash.py``; what computes their inputs from
-text ships beside them, leanlm.export.remote.hash_inputs).
+text ships beside them, leanlm.export.remote.hash_inputs). BERT's heads: MLM, sequence classification and ch. 2's
+Shuffle+Random (token classification, either of its heads); ``AutoModel`` loads the encoder without its head
+(``LeanBertModel``). The attention variants are ``modeling_leanlm_attention.py``.
 
 ``config.json`` holds every leanlm model field under its own name; the weights keep leanlm's names, the
 padded vocabulary rows and the tied heads left out (transformers ties them again).

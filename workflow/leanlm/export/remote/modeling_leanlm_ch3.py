@@ -1,9 +1,8 @@
 """Ch. 3's BERT encoder and GPT-2 decoder for transformers, with any of ch. 3's attention variants.
 
 Copied verbatim into an export by ``leanlm export-hf`` (``trust_remote_code``); it imports only torch and
-transformers. Parameter names are leanlm's. ``config.attention`` names the sublayer of every block:
-
-the variants (MHA, SHA, MHE-ADD/MUL, EL-ATT, MQA, SKV, GQA, FNet, Linear) are ``modeling_leanlm_attention.py``.
+transformers. Parameter names are leanlm's. ``config.attention`` names the sublayer of every block, one of
+``modeling_leanlm_attention.py``'s variants (MHA, SHA, MHE-ADD/MUL, EL-ATT, MQA, SKV, GQA, FNet, Linear).
 
 BERT: post-LN blocks, exact (erf) GELU, learned (or sinusoidal) positions from ``position_offset``, token
 types; the MLM head tied to the word embedding, or, for ch. 2's embeddings without a table per token
