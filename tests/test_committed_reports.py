@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ REPORTS = ("smoke", "signal-cpu")
 def _digest_module():
     spec = importlib.util.spec_from_file_location("claims_digest", ROOT / "scripts" / "claims_digest.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
