@@ -46,8 +46,12 @@ def test_docs_claims_tables_are_the_reports_own():
     for row in digest.table(signal)[2:]:
         assert row in text, f"docs/claims.md lacks the signal-cpu row {row!r}"
     smoke = digest.digest(RESULTS / "smoke")
-    for row in digest.side_by_side(smoke, signal, ("smoke", "signal-cpu"))[2:]:
+    both = digest.side_by_side(smoke, signal, ("smoke", "signal-cpu"))
+    for row in both[2:]:
         assert row in text, f"docs/claims.md lacks the side-by-side row {row!r}"
+    # each table whole, header first (a table without its header row does not render)
+    for block in (digest.table(signal), both):
+        assert "\n".join(block) in text, f"docs/claims.md lacks the table starting {block[0]!r} as one block"
 
 
 @pytest.mark.parametrize("name", REPORTS)
