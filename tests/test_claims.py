@@ -240,3 +240,18 @@ def test_a_family_the_subset_leaves_out_is_not_run_even_with_results_on_disk(scr
     # the whole profile runs that family, so the same files give a verdict
     (whole,) = evaluate_all(load_config(signal), draws=200, claims_file=path)
     assert whole.verdict == "supported", whole
+
+
+def test_a_run_the_subset_leaves_out_is_not_run_naming_the_subset(scratch_root):
+    """signal's cpu subset keeps four of ch4_uniform's runs: a part on another one is "not run" and says the
+    subset is why (the whole profile runs it)."""
+    from leanlm.claims.report import evaluate_all
+    from leanlm.config import load_config
+
+    config = load_config(scratch_root / "params" / "signal.yaml", subset="cpu")
+    path = _write_claims(scratch_root, [
+        {**BASE, "id": "ch4_dropped_run", "chapter": 4, "family": "lm_eval", "tasks": ["lm_eval_wikitext"],
+         "metric": "word_perplexity", "pairs": [["ch4_uniform-static_emb_qk", "ch4_uniform-mlp"]]}])
+    (result,) = evaluate_all(config, draws=200, claims_file=path)
+    assert result.verdict == "not run"
+    assert result.parts[0].reason == "not run at this profile (subset cpu): ch4_uniform-static_emb_qk"

@@ -151,13 +151,14 @@ def _families_not_run(part: Part, profile_runs: Mapping[str, frozenset[str]] | s
 def not_run_reason(part: Part, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str]) -> str:
     """Why the profile does not run the part (runs or families it leaves out), or "" where it does: known
     from the profile alone, before any result is read."""
+    # a subset narrows the profile's experiments, runs and families: say so, as the whole profile may run them
+    subset = f" (subset {config['subset']})" if config.get("subset") else ""
     absent = sorted(r for side in (part.a, part.b) for r in side.runs if r not in profile_runs)
     if absent:
-        return f"not run at this profile: {', '.join(absent)}"
+        return f"not run at this profile{subset}: {', '.join(absent)}"
     # never a result left on disk by another run of the profile: only what this one makes
     unrun = _families_not_run(part, profile_runs)
     if unrun:
-        subset = f" (subset {config['subset']})" if config.get("subset") else ""
         return f"not run at this profile{subset}: {', '.join(unrun)}"
     return ""
 
