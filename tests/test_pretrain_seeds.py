@@ -153,3 +153,8 @@ def test_the_aggregate_carries_the_pretraining_seed_and_tables_read_the_first_re
     assert set(tidy["run"]) == {"lsh_pool"}  # replicas group with their run by (run, pretrain_seed)
     assert set(first_replicas(tidy)["run_id"]) == {"ch2_hashformers-lsh_pool"}
     assert first_replicas(tidy.drop(columns="pretrain_seed")).shape[0] == tidy.shape[0]
+    # a piece aggregated before replicas existed, beside a newer one: its rows (no seed) are first replicas
+    mixed = tidy.copy()
+    mixed["pretrain_seed"] = mixed["pretrain_seed"].astype(object)
+    mixed.loc[mixed["run_id"] == "ch2_hashformers-lsh_pool", "pretrain_seed"] = None
+    assert set(first_replicas(mixed)["run_id"]) == {"ch2_hashformers-lsh_pool"}

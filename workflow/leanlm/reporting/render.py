@@ -287,7 +287,9 @@ def first_replicas(tidy: pd.DataFrame) -> pd.DataFrame:
     the thesis's do; the further pretraining replicas (profile key pretrain_seeds) are the claims' to read."""
     if "pretrain_seed" not in tidy.columns:  # aggregated before replicas existed: every row is a first one
         return tidy
-    return tidy[tidy["pretrain_seed"].astype(int) == PRETRAIN_SEED].reset_index(drop=True)
+    # a row without a seed (a piece aggregated before replicas existed, beside newer ones) is a first one too
+    seeds = pd.to_numeric(tidy["pretrain_seed"], errors="coerce").fillna(PRETRAIN_SEED).astype(int)
+    return tidy[seeds == PRETRAIN_SEED].reset_index(drop=True)
 
 
 def render_table(profile: str, name: str, config: dict, verify_settings: bool = False) -> list[Path]:
