@@ -13,7 +13,8 @@ set from two further passes over the same draws, each resampling one level alone
 the examples), widened by sqrt(R/(R-1)) t_{R-1}/z (:func:`expansion`: Hesterberg's expanded percentile
 interval, 2015, "What teachers should know about the bootstrap", applied to the one level drawn from few
 units), and the examples (crossed with every replica, so absent from the replicas' spread); the
-hierarchical draws' percentile interval is scaled about the estimate to that spread (:func:`widened`).
+hierarchical draws' percentile interval is scaled about the estimate to that spread, never narrowed (:func:`widened`;
+a ratio on its log scale, so its bounds stay above 0).
 Without pretraining variance the interval is thus about as wide as a t interval over R replicas makes it,
 not a multiple of the flat one. Seed-level data alone (no per-example data): a paired t interval over the
 replicas' effects (:func:`replica_t_bounds`). tests/test_claims_pretraining.py checks the coverage on
@@ -69,11 +70,13 @@ def widened(estimate: float, low: float, high: float, total: float, pretraining:
             level: float) -> tuple[float, float]:
     """The percentile interval (low, high) of hierarchical draws of variance ``total``, scaled about
     ``estimate`` to the spread of the pretraining seeds' variance (``pretraining``, resampled alone) widened
-    by :func:`expansion` plus the examples' (``examples``, resampled alone)."""
+    by :func:`expansion` plus the examples' (``examples``, resampled alone); never narrowed: where that spread is
+    the smaller (the replicas' means average out fine-tuning noise the hierarchical draws keep), the
+    hierarchical draws' own interval stands. All on the effect's scale (a ratio's log: the caller's)."""
     wanted = expansion(runs, level) ** 2 * pretraining + examples
     if not total > 0 or not np.isfinite(wanted):
         return low, high
-    widen = np.sqrt(wanted / total)
+    widen = max(1.0, float(np.sqrt(wanted / total)))
     return estimate - widen * (estimate - low), estimate + widen * (high - estimate)
 
 

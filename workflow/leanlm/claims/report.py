@@ -60,11 +60,16 @@ def verdict_text(verdict: str, pretraining_runs) -> str:
 
 
 def uncovered_sentence(results: list[ClaimResult]) -> str:
-    """What the intervals do not cover: pretraining variance, where a claim's models were pretrained once."""
-    judged = [cr for cr in results if cr.verdict in JUDGED and claim_pretraining_runs(cr) is not None]
-    once = sum(1 for cr in judged if claim_pretraining_runs(cr) == 1)
+    """What the intervals do not cover: pretraining variance, where a claim's models were pretrained once. Timing
+    claims (their intervals resample timing rounds) have no pretraining runs to speak of."""
+    judged = [cr for cr in results if cr.verdict in JUDGED]
+    scored = [cr for cr in judged if claim_pretraining_runs(cr) is not None]
+    once = sum(1 for cr in scored if claim_pretraining_runs(cr) == 1)
     if not judged:
         return "No claim was judged at this profile, so no interval is reported."
+    if not scored:
+        return ("Only timing claims were judged at this profile: their intervals resample the timing rounds, and a "
+                "step's time does not depend on the pretraining seed.")
     if not once:
         return ("Every judged claim's models were pretrained several times: its interval resamples the pretraining "
                 "seeds too (hierarchical bootstrap).")
@@ -177,18 +182,41 @@ def markdown(profile: str, results: list[ClaimResult]) -> str:
     return "\n".join(out)
 
 
+# The precondition named in an untestable part's reason (evaluate_part writes "Precondition <name> (<label>) is
+# <verdict>"), and how its verdict reads as a basis: only a contradicted precondition "fails".
+_UNMET = re.compile(r"Precondition (\w+) \(.*?\) is (contradicted|inconclusive|untestable|not run)\b")
+_UNMET_WORDS = {CONTRADICTED: "fails", INCONCLUSIVE: "not shown (inconclusive)", UNTESTABLE: "untestable",
+                NOT_RUN: "not run"}
+
+
+def deciding_index(verdicts: list[str], claim_verdict: str) -> int | None:
+    """Which part a claim's verdict rests on: the first part with the claim's verdict; for an inconclusive claim
+    without an inconclusive part (supported parts beside untestable ones, under "every") the first untestable
+    part, then the first not run; else the first part. None for a claim without parts."""
+    for wanted in (claim_verdict, *((UNTESTABLE, NOT_RUN) if claim_verdict == INCONCLUSIVE else ())):
+        if wanted in verdicts:
+            return verdicts.index(wanted)
+    return 0 if verdicts else None
+
+
+def unmet_basis(verdict: str, reason: str) -> str:
+    """The basis of a part that was not judged: the precondition that does not hold, and how ("precondition X
+    fails" only where X was contradicted), else "not run" or "no width"."""
+    unmet = _UNMET.search(reason or "")
+    if unmet:
+        return f"precondition {unmet.group(1)} {_UNMET_WORDS[unmet.group(2)]}"
+    return "not run" if verdict == NOT_RUN else "no width"
+
+
 def verdict_basis(cr: ClaimResult) -> str:
     """What a claim's verdict rests on, in a word or two: the basis of its deciding part's interval (what was
-    resampled: examples, seeds, pretraining), or why that part was not judged (the precondition that failed)."""
-    same = [p for p in cr.parts if p.verdict == cr.verdict] or list(cr.parts)
-    if not same:
+    resampled: examples, seeds, pretraining, rounds), or why that part was not judged (:func:`unmet_basis`)."""
+    index = deciding_index([p.verdict for p in cr.parts], cr.verdict)
+    if index is None:
         return ""
-    part = same[0]
+    part = cr.parts[index]
     if part.verdict in (UNTESTABLE, NOT_RUN):
-        failed = re.search(r"Precondition (\w+)", part.reason or "")
-        if failed:
-            return f"precondition {failed.group(1)} fails"
-        return "not run" if part.verdict == NOT_RUN else "no width"
+        return unmet_basis(part.verdict, part.reason)
     return part.interval.basis if part.interval is not None else ""
 
 
@@ -252,15 +280,14 @@ def print_summary(profile: str, config: dict | None = None) -> None:
 
 
 def _deciding_part(parts: pd.DataFrame, verdict: str) -> str:
-    """The part a claim's verdict rests on, in a few words: the first part with the claim's verdict (else the
-    first judged one): its effect and interval, or for an untestable part the precondition that failed."""
-    same = parts[parts["verdict"] == verdict]
-    row = (same if not same.empty else parts).iloc[0]
+    """The part a claim's verdict rests on (:func:`deciding_index`), in a few words: its effect and interval, or
+    for a part not judged the precondition that does not hold."""
+    row = parts.iloc[deciding_index(list(parts["verdict"]), verdict)]
     where = f"part {int(row['part'])}/{len(parts)}"
     if row["verdict"] in (UNTESTABLE, NOT_RUN):
-        reason = str(row.get("reason") or "")
-        failed = re.search(r"Precondition (\w+)", reason)
-        return f"{where}: " + (f"precondition {failed.group(1)} fails" if failed else reason[:70])
+        reason = "" if pd.isna(row.get("reason")) else str(row.get("reason") or "")
+        basis = unmet_basis(row["verdict"], reason)
+        return f"{where}: " + (basis if basis.startswith("precondition") else reason[:70])
     return f"{where}: effect {_num(row['estimate'])} [{_num(row['low'])}, {_num(row['high'])}] ({row['effect']})"
 
 

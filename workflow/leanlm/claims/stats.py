@@ -234,9 +234,10 @@ def measurement_draws(measurements: Mapping[str, Measurement], draws: int, rng: 
 
 def paired_bootstrap(measurements: Mapping[str, Measurement],
                      effect: Callable[[Mapping[str, np.ndarray]], np.ndarray],
-                     draws: int = DEFAULT_DRAWS, level: float = LEVEL, seed: int = 0) -> Interval:
+                     draws: int = DEFAULT_DRAWS, level: float = LEVEL, seed: int = 0, ratio: bool = False) -> Interval:
     """The effect of the measurements (a vectorised function of their draws) with its percentile
-    interval at ``level`` over ``draws`` paired bootstrap draws (see the module docstring)."""
+    interval at ``level`` over ``draws`` paired bootstrap draws (see the module docstring). ``ratio``: the
+    effect is a ratio (positive), whose widening for few pretraining seeds is made on its log scale."""
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     rng = np.random.default_rng(seed)
@@ -256,15 +257,25 @@ def paired_bootstrap(measurements: Mapping[str, Measurement],
     alpha = (1 - level) / 2
     low, high = np.quantile(finite, [alpha, 1 - alpha])
     if runs >= 2:  # widened for the few pretraining seeds (leanlm.claims.hierarchical)
-        low, high = widened(estimate, low, high, float(np.var(finite)),
-                            _variance(measurements, effect, draws, seed, "pretraining"),
-                            _variance(measurements, effect, draws, seed, "examples"), runs, level)
+        # a ratio on its log scale, where a multiplicative spread is symmetric and the bounds stay above 0
+        log = ratio and estimate > 0 and low > 0 and bool((finite > 0).all())
+        scale = np.log if log else (lambda x: x)
+        spread = float(np.var(scale(finite)))
+        low, high = widened(float(scale(estimate)), float(scale(low)), float(scale(high)), spread,
+                            _variance(measurements, effect, draws, seed, "pretraining", scale),
+                            _variance(measurements, effect, draws, seed, "examples", scale), runs, level)
+        if log:
+            low, high = np.exp(low), np.exp(high)
     return Interval(estimate, float(low), float(high), level, draws, basis, pretraining_runs=runs)
 
 
-def _variance(measurements: Mapping[str, Measurement], effect, draws: int, seed: int, only: str) -> float:
-    """The variance of the effect over draws that resample level ``only`` alone."""
+def _variance(measurements: Mapping[str, Measurement], effect, draws: int, seed: int, only: str,
+              scale: Callable[[np.ndarray], np.ndarray]) -> float:
+    """The variance of the effect (on ``scale``: its log for a ratio) over draws that resample level ``only``
+    alone."""
     values = _effect_draws(measurements, effect, draws, np.random.default_rng(seed), only)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = scale(values[np.isfinite(values)])
     values = values[np.isfinite(values)]
     return float(np.var(values)) if values.size else float("nan")
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from leanlm.claims import results as res
 from leanlm.claims.spec import Claim, Part, Side
-from leanlm.claims.speed import pretraining_speed
+from leanlm.claims.speed import pretraining_speed, rounds_interval
 from leanlm.claims.stats import (CONTRADICTED, DEFAULT_DRAWS, INCONCLUSIVE, LEVEL, NOT_RUN, SUPPORTED, UNTESTABLE, Interval,
                                  Measurement, combine, degenerate, draws_for, paired_bootstrap, simultaneous_level,
                                  verdict)
@@ -197,7 +197,11 @@ def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[
         raise ValueError(f"{label}: the two sides have opposite directions (one lower-is-better)")
     lower = lower_a if lower_a is not None else bool(lower_b)
     effect = _effect(part, fa, fb, lower)
-    interval = paired_bootstrap(sides.measurements, effect, draws=draws_for(level, draws), level=level, seed=seed)
+    if part.family == "pretrain":  # timing parts: paired over rounds (leanlm.claims.speed)
+        interval = rounds_interval(sides.measurements, effect, level, ratio=part.effect == "ratio")
+    else:
+        interval = paired_bootstrap(sides.measurements, effect, draws=draws_for(level, draws), level=level, seed=seed,
+                                    ratio=part.effect == "ratio")
     observed = {k: np.array([m.value]) for k, m in sides.measurements.items()}
     a, b = float(fa(observed)[0]), float(fb(observed)[0])
     outcome = verdict(interval, part.region)
