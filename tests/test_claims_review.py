@@ -210,3 +210,33 @@ def test_a_report_of_timing_claims_only_says_what_their_intervals_resample():
     assert "No claim was judged" not in text and "timing rounds" in text
     assert uncovered_sentence([SimpleNamespace(verdict=UNTESTABLE, parts=[_part(UNTESTABLE)])]).startswith(
         "No claim was judged")
+
+
+# Claims judged without any precondition, with why none is needed: each compares with a fixed row, not between
+# models that might all be at chance.
+NO_PRECONDITION_NEEDED = {
+    "ch4_uniform_mlp_perplexity_below_random": "one model against the random-guess row: a model that learned "
+                                               "anything is below it, and one that learned nothing is not",
+}
+
+
+def test_every_scored_part_states_what_its_scale_must_reach():
+    """A part comparing models' scores (not timing) names a precondition, so a scale where the models are at
+    chance makes it untestable, not contradicted (ch3_mha_best_absolute, ch3_fnet_linear_lowest and
+    ch3_prr_stable_with_size had none and were judged at smoke)."""
+    from leanlm.claims.spec import load_claims
+
+    bare = sorted({c.id for c in load_claims() for p in c.parts if p.family != "pretrain" and not p.conditions})
+    assert bare == sorted(NO_PRECONDITION_NEEDED), bare
+
+
+def test_a_part_across_sizes_checks_both_sizes_references():
+    """{experiment_b} names side B's experiment: the PRR-across-sizes parts require both sizes' MHA above
+    Majority."""
+    from leanlm.claims.spec import load_claims
+
+    claim = next(c for c in load_claims() if c.id == "ch3_prr_stable_with_size")
+    for part in claim.parts:
+        references = {cond.part.a.runs[0] for cond in part.conditions}
+        experiments = {r.split("-")[0] for side in (part.a, part.b) for r in side.runs}
+        assert references == {f"{e}-mha" for e in experiments}, references

@@ -153,25 +153,30 @@ def _part(claim: dict, raw: dict, thesis, where: str) -> Part:
                 margin=margin, thesis=tuple(thesis) if thesis is not None else None)
 
 
-EXPERIMENT = "{experiment}-"  # in a precondition's run ids: the guarded part's experiment
+EXPERIMENT = "{experiment}-"  # in a precondition's run ids: the guarded part's experiment (side A's first run's)
+EXPERIMENT_B = "{experiment_b}-"  # side B's first run's: a part comparing two experiments (sizes) guards both
 PART_MARGIN = "{margin}"  # a precondition's margin: the guarded part's own (none: 0)
 
 
 def _condition(name: str, raw: dict, guarded: Part, where: str) -> Condition:
     """Precondition ``name`` for the part ``guarded``: its family, tasks and metric default to the part's,
-    ``{experiment}-<run>`` names a run of the part's experiment and ``margin: "{margin}"`` the part's own
-    margin; ``varies: <run>`` asks that run's predictions to vary on each of the part's tasks."""
+    ``{experiment}-<run>`` names a run of the part's experiment (side A's; ``{experiment_b}-<run>``: side B's)
+    and ``margin: "{margin}"`` the part's own margin; ``varies: <run>`` asks that run's predictions to vary on
+    each of the part's tasks."""
     runs = [r for side in (guarded.a, guarded.b) for r in side.runs]
-    experiment = runs[0].split("-", 1)[0] if runs else None
+    experiments = {EXPERIMENT: runs[0].split("-", 1)[0] if runs else None,
+                   EXPERIMENT_B: guarded.b.runs[0].split("-", 1)[0] if guarded.b.runs else None}
 
     def place(side):
         if isinstance(side, str) or (isinstance(side, dict) and "run" in side):
             run = side if isinstance(side, str) else side["run"]
-            if run.startswith(EXPERIMENT):
-                if experiment is None:
-                    raise ConfigError(f"{where}: precondition {name} names {run!r}, but the part has no run to take "
-                                      f"the experiment from")
-                run = experiment + "-" + run[len(EXPERIMENT):]
+            for placeholder, experiment in experiments.items():
+                if run.startswith(placeholder):
+                    if experiment is None:
+                        raise ConfigError(f"{where}: precondition {name} names {run!r}, but the part has no run "
+                                          f"{'on side B ' if placeholder == EXPERIMENT_B else ''}to take the "
+                                          f"experiment from")
+                    run = experiment + "-" + run[len(placeholder):]
             return run if isinstance(side, str) else {**side, "run": run}
         return side
 
