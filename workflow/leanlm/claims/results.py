@@ -265,6 +265,17 @@ class Results:
                           f"of {metric}, so its Majority row and whether its predictions vary cannot be computed")
         return [e["prediction"] for e in kept], [e["reference"] for e in kept]
 
+    def keeps_labels(self, run_id: str, family: str, task: str, metric: str) -> bool:
+        """Whether the run's ``task`` results keep per-example predictions and references of ``metric`` (what a
+        Majority row and "its predictions vary" are computed from): MultiRC's grouped metrics keep none. A run
+        without ``task`` results raises Missing."""
+        results = self.task_results(run_id, family, task)
+        try:
+            self._references(run_id, family, task, resolve_metric(results, metric, task))
+        except Missing:
+            return False
+        return True
+
     def majority_value(self, run_id: str, family: str, task: str, metric: str) -> float:
         """The Majority row of a fine-tuning task (GLUE): always answering the dev set's most frequent label
         (a regression task: its median value), scored by the task's own metric function, on the references

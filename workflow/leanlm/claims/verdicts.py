@@ -231,14 +231,32 @@ def _precondition(cond, guarded: Part, profile: str, config: dict, profile_runs,
     key = (cond.name, own, tuple(tasks) if (same_tasks and tasks is not None) else None)
     if memo is not None and key in memo:
         return memo[key]
+    own_tasks = _labelled_tasks(cond, own, config, tasks if same_tasks else None, results)
     if cond.kind == "varies":
-        held = _predictions_vary(own, config, profile_runs, tasks if same_tasks else None, results)
+        held = _predictions_vary(own, config, profile_runs, own_tasks, results)
     else:
-        held = evaluate_part(own, profile, config, profile_runs, tasks if same_tasks else None, draws=draws,
-                             seed=0, results=results)
+        held = evaluate_part(own, profile, config, profile_runs, own_tasks, draws=draws, seed=0, results=results)
     if memo is not None:
         memo[key] = held
     return held
+
+
+def _labelled_tasks(cond, own: Part, config: dict, tasks: list[str] | None, results: res.Results) -> list[str] | None:
+    """The tasks a precondition that reads dev labels (a Majority row, or "predictions vary") is judged on: those
+    of ``tasks`` (None: the part's own) whose results keep per-example labels, where some do not (MultiRC's grouped
+    metrics keep none, so a SUPERGLUE average has no Majority row): the reference must be above Majority on the
+    tasks where Majority exists. The tasks unchanged where every task keeps labels, none does, or the run has no
+    results yet (the precondition then says why it is not run)."""
+    family = own.a.family or own.family
+    reads_labels = cond.kind == "varies" or any(side.kind == "baseline" for side in (own.a, own.b))
+    if not reads_labels or family in ("lm_eval", "pretrain") or not own.a.runs:
+        return tasks
+    try:
+        wanted = tasks if tasks is not None else part_tasks(own, config)
+        kept = [task for task in wanted if results.keeps_labels(own.a.runs[0], family, task, own.a.metric or own.metric)]
+    except res.Missing:
+        return tasks
+    return kept if kept and len(kept) < len(wanted) else tasks
 
 
 def _predictions_vary(part: Part, config: dict, profile_runs, tasks: list[str] | None,
