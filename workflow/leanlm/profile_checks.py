@@ -297,17 +297,14 @@ def _no_replica_reason(run: Run, by_id: dict[str, Run]) -> str:
     base = by_id.get(base_run_id(run.evaluate_from))
     if run.pretrain_seed == PRETRAIN_SEED or base is None:
         return ""
-    why = (f"its objective {base.objective!r} has no seed" if base.objective in UNSEEDED_OBJECTIVES
-           else "pretrain_seeds or the subset's replicas leave it out")
-    return (f": {base.run_id} is pretrained once ({why}), so the pretraining replicas of {base_run_id(run.run_id)} "
-            f"have no model to evaluate; evaluate a run with replicas, or leave {run.experiment} out of "
-            f"pretrain_seeds.experiments")
+    why = f"objective {base.objective!r} has no seed" if base.objective in UNSEEDED_OBJECTIVES else "no replicas kept"
+    return (f": {base.run_id} is pretrained once ({why}), so {base_run_id(run.run_id)}'s replicas have no model to "
+            f"evaluate; evaluate a run with replicas, or leave {run.experiment} out of pretrain_seeds.experiments")
 
 
 def _pretrain_data_identity(run: Run) -> tuple[str, str, str]:
     """The named data a run's model is made of: two runs with one model must agree on all of it."""
     return (run.pretrain_corpus, run.pretrain_tokenizer, run.fixed_text_corpus)
-
 
 
 def _experiment_file(name: str) -> str:
@@ -363,7 +360,6 @@ def _check_pretrain_data(config: dict, path: Path) -> None:
                                       f"objective {objective!r}, by the {' and '.join(families)} famil"
                                       f"{'ies' if len(families) > 1 else 'y'} only; families {', '.join(other)} would "
                                       f"encode with the profile's tokenizer")
-
 
 
 def _check_variant_tasks(config: dict, path: Path, name: str, tasks) -> None:
