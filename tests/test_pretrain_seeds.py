@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from leanlm.errors import ConfigError
+from test_loss_baselines import tiny_smoke  # noqa: F401  (a fixture: the smoke profile shrunk, tiny data on disk)
 
 
 def _profile(root, name: str = "smoke", **block):
@@ -85,10 +86,10 @@ def test_a_hub_checkpoint_is_not_replicated(scratch_root):
     ({"seeds": [1, 2], "experiments": ["ch3_encoder"]}, r"pretrain_seeds.seeds starts with 1, but its first seed must be 0"),
     ({"seeds": [0, 1], "experiments": ["ch3_encoderr"]}, r"pretrain_seeds.experiments lists ch3_encoderr, which the profile"),
     ({"seeds": [0, 1], "experiments": ["ch4_skip"]}, r"ch4_skip, whose run mlp evaluates ch4_hybrid-mlp's model: .*list ch4_hybrid"),
-    ({"seeds": [0], "experiments": ["ch3_encoder"]}, r"pretrain_seeds"),
-    ({"seeds": [0, 0], "experiments": ["ch3_encoder"]}, r"pretrain_seeds"),
-    ({"seeds": [0, 1], "experiments": ["ch3_encoder"], "count": 3}, r"pretrain_seeds"),
-    ({"seeds": [0, 1]}, r"pretrain_seeds"),
+    ({"seeds": [0], "experiments": ["ch3_encoder"]}, r"key pretrain_seeds\.seeds = \[0\]: \[0\] is too short"),
+    ({"seeds": [0, 0], "experiments": ["ch3_encoder"]}, r"key pretrain_seeds\.seeds = \[0, 0\]: .* non-unique"),
+    ({"seeds": [0, 1], "experiments": ["ch3_encoder"], "count": 3}, r"key pretrain_seeds\.count is not allowed"),
+    ({"seeds": [0, 1]}, r"key pretrain_seeds: 'experiments' is a required property"),
 ])
 def test_a_bad_pretrain_seeds_block_is_refused_naming_the_key(scratch_root, block, message):
     with pytest.raises(ConfigError, match=message):
@@ -99,7 +100,8 @@ def test_a_subset_keeps_the_replicas_of_the_experiments_it_runs(scratch_root):
     """The block is checked against the whole profile; a subset runs the replicas of its own experiments."""
     from leanlm.runs import runs
 
-    path = _profile(scratch_root, "signal", seeds=[0, 1, 2], experiments=["ch3_decoder", "ch3_encoder"])
+    # ch4_uniform too: the cpu subset narrows its replicas (to none), which needs replicas to narrow
+    path = _profile(scratch_root, "signal", seeds=[0, 1, 2], experiments=["ch3_decoder", "ch3_encoder", "ch4_uniform"])
     config = _load(path, subset="cpu")
     ids = {r.run_id for r in runs(config, with_replicas=True)}
     # signal's cpu subset keeps the replicas of ch3_decoder's SHA and MHA only (its `replicas`)
@@ -107,22 +109,54 @@ def test_a_subset_keeps_the_replicas_of_the_experiments_it_runs(scratch_root):
     assert not any(i.startswith("ch3_encoder-") for i in ids)
 
 
-def test_the_pretraining_seed_reaches_the_trainer_and_the_batches(scratch_root):
-    """Everything PRETRAIN_SEED seeds today follows a replica's own seed: the engine's seed (initialisation
-    and data order) and the batches' (order and masking)."""
-    from leanlm.runs import get_run, pretrain_settings
-    from leanlm.stages.pretrain import MLMBatches, pretrain_train_config
+def test_a_replica_whose_evaluated_model_has_no_replica_is_refused(scratch_root):
+    """A run evaluating a hub checkpoint's model (which has no seed, so no replicas): its replicas would
+    evaluate a replica that is never made, so the profile is refused before any job, naming both runs."""
+    from leanlm.runs import runs
+    from params_files import edit_yaml
 
+    edit_yaml(scratch_root / "params" / "experiments" / "ch2.yaml", lambda doc: doc["ch2_hashformers"]["runs"].update(
+        canine_c_again={"tokenizer": "profile", "evaluate_from": "canine_c"}))
+    path = scratch_root / "params" / "paper.yaml"  # source: hub, so CANINE-C is a run of it
+    assert "ch2_hashformers-canine_c_again" in {r.run_id for r in runs(_load(path))}
+    with pytest.raises(ConfigError, match=r"paper\.yaml: run ch2_hashformers-canine_c_again@p1 evaluates "
+                                          r"'ch2_hashformers-canine_c@p1', which is no trained run of this profile: "
+                                          r"ch2_hashformers-canine_c is pretrained once"):
+        _load(_profile(scratch_root, "paper", seeds=[0, 1], experiments=["ch2_hashformers"]))
+
+
+def test_the_pretraining_seed_reaches_the_trainer_and_the_batches(tiny_smoke, monkeypatch):
+    """Everything PRETRAIN_SEED seeds today follows a replica's own seed, through the real ``leanlm pretrain``
+    path (profile -> run -> objective -> packing -> engine): the initialisation, the batches (order and
+    masking) and the engine's seed (its data order on resume)."""
     import torch
 
-    config = _load(_profile(scratch_root, seeds=[0, 7], experiments=["ch3_encoder"]))
-    run, replica = get_run(config, "ch3_encoder-mha"), get_run(config, "ch3_encoder-mha@p7")
-    settings = pretrain_settings(config, run)
-    assert pretrain_train_config(settings, "x", run.pretrain_seed).seed == 0
-    assert pretrain_train_config(settings, "x", replica.pretrain_seed).seed == 7
-    rows = torch.arange(4000).reshape(100, 40) % 50 + 5
-    batches = [MLMBatches(rows, [0, 1, 2], 3, 55, 8, 1, 0.15, r.pretrain_seed)(0, 0) for r in (run, replica)]
-    assert not torch.equal(batches[0]["input_ids"], batches[1]["input_ids"])
+    from leanlm.stages.pretrain import pretrain
+    from leanlm.training import engine
+
+    seen = {}
+    init = engine.Trainer.__init__
+
+    def recording_init(self, model, config, batch_at, *args, **kwargs):
+        seen[config.desc] = (config.seed, [p.detach().clone() for p in model.parameters()], batch_at(0, 0))
+        init(self, model, config, batch_at, *args, **kwargs)
+
+    monkeypatch.setattr(engine.Trainer, "__init__", recording_init)
+    config = _load(_profile(tiny_smoke, seeds=[0, 7], experiments=["ch3_encoder"]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        records = {run_id: pretrain(config, run_id) for run_id in ("ch3_encoder-mha", "ch3_encoder-mha@p7")}
+    finally:
+        torch.set_num_threads(threads)
+    (seed, weights, batch), (replica_seed, replica_weights, replica_batch) = (
+        seen["pretrain ch3_encoder-mha"], seen["pretrain ch3_encoder-mha@p7"])
+    assert (seed, replica_seed) == (0, 7)
+    assert len(weights) == len(replica_weights)
+    assert any(not torch.equal(a, b) for a, b in zip(weights, replica_weights)), "the replica's initialisation is the run's"
+    assert not torch.equal(batch["input_ids"], replica_batch["input_ids"]), "the replica's first batch is the run's"
+    assert records["ch3_encoder-mha@p7"]["run_id"] == "ch3_encoder-mha@p7"
+    assert records["ch3_encoder-mha"]["history"] != records["ch3_encoder-mha@p7"]["history"]
 
 
 def test_signal_pretrains_the_claims_models_at_least_three_times():

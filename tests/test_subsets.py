@@ -18,6 +18,7 @@ import yaml
 from leanlm.config import load_config
 from leanlm.errors import ConfigError
 from leanlm.runs import finetune_settings, pretrain_settings, runs
+from params_files import edit_yaml
 from test_faults import snakemake, workflow_project
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +62,7 @@ def test_a_subset_keeping_a_family_its_experiment_lacks_is_refused(scratch_root)
         load_config(path)  # refused even when no subset is chosen
     doc["subsets"]["cpu"] = ["ch4_uniform", {"ch3_decoder": []}]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    with pytest.raises(ConfigError, match="subsets"):
+    with pytest.raises(ConfigError, match=r"key subsets\.cpu\.1\.ch3_decoder = \[\]: \[\] should be non-empty"):
         load_config(path)  # the schema: a narrowed experiment keeps at least one family
     # named twice: refused, whichever order (no silent winner)
     for twice in (["ch3_decoder", {"ch3_decoder": ["lm"]}], [{"ch3_decoder": ["lm"]}, {"ch3_decoder": ["glue"]}]):
@@ -201,10 +202,10 @@ def test_a_subset_naming_an_unknown_run_or_dropping_an_evaluated_model_is_refuse
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.raises(ConfigError, match=r"subsets\.cpu keeps ch4_skip-approximate, which evaluates the model of "
                                           r"ch4_hybrid-approximate, and leaves that run out"):
-        load_config(path, subset="cpu")
+        load_config(path)  # refused even when no subset is chosen
     doc["subsets"]["cpu"] = [{"ch4_uniform": {"families": ["lm_eval"], "runs": []}}]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    with pytest.raises(ConfigError, match="subsets"):
+    with pytest.raises(ConfigError, match=r"key subsets\.cpu\.0\.ch4_uniform\.runs = \[\]: \[\] should be non-empty"):
         load_config(path)  # the schema: a narrowed experiment keeps at least one run
 
 
@@ -235,6 +236,51 @@ def test_a_subset_can_keep_the_pretraining_replicas_of_some_runs_only(scratch_ro
     # ch4_skip's replicas evaluate ch4_hybrid's replicas: keeping the first keeps the second
     doc["subsets"]["few"] = [{"ch4_hybrid": {"runs": ["mlp"], "replicas": []}}, {"ch4_skip": {"runs": ["mlp"]}}]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    with pytest.raises(ConfigError, match=r"keeps the pretraining replicas of ch4_skip-mlp, which evaluate "
+    with pytest.raises(ConfigError, match=r"subsets\.few keeps the pretraining replicas of ch4_skip-mlp, which evaluate "
                                           r"ch4_hybrid-mlp's replicas, but not those of ch4_hybrid-mlp"):
-        load_config(path, subset="few")
+        load_config(path)  # refused even when no subset is chosen
+    with pytest.raises(ConfigError, match=r"subsets\.few keeps the pretraining replicas of ch4_skip-mlp"):
+        load_config(path, subset="cpu")  # ... and when another, sound one is
+
+
+def _reevaluating(scratch_root) -> Path:
+    """The scratch signal profile, whose ch4_uniform gains ``standard_again``: a run evaluating ``standard``'s
+    model, named bare (a run of its own experiment, as leanlm.runs resolves ``evaluate_from``)."""
+    edit_yaml(scratch_root / "params" / "experiments" / "ch4.yaml", lambda doc: doc["ch4_uniform"]["runs"].update(
+        standard_again={"attention": "standard", "evaluate_from": "standard"}))
+    return scratch_root / "params" / "signal.yaml"
+
+
+def test_a_bare_evaluate_from_is_resolved_in_its_own_experiment(scratch_root):
+    """A subset keeping both the run and the model it evaluates by bare name is sound; one dropping that
+    model, or its replicas, is refused naming the run's full id."""
+    path = _reevaluating(scratch_root)
+
+    def subset(keep):
+        edit_yaml(path, lambda doc: doc["subsets"].update(few=[{"ch4_uniform": keep}]))
+
+    subset({"runs": ["standard", "standard_again"]})
+    few = {r.run_id: r for r in runs(load_config(path, subset="few"), with_replicas=True)}
+    assert few["ch4_uniform-standard_again"].evaluate_from == "ch4_uniform-standard"
+    assert few["ch4_uniform-standard_again@p2"].evaluate_from == "ch4_uniform-standard@p2"
+    subset({"runs": ["standard_again"]})
+    with pytest.raises(ConfigError, match=r"subsets\.few keeps ch4_uniform-standard_again, which evaluates the model "
+                                          r"of ch4_uniform-standard, and leaves that run out"):
+        load_config(path)
+    subset({"runs": ["standard", "standard_again"], "replicas": ["standard_again"]})
+    with pytest.raises(ConfigError, match=r"subsets\.few keeps the pretraining replicas of ch4_uniform-standard_again, "
+                                          r"which evaluate ch4_uniform-standard's replicas, but not those of "
+                                          r"ch4_uniform-standard"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("seeds", [None, {"seeds": [0, 1, 2], "experiments": ["ch3_decoder"]}])
+def test_replicas_of_an_experiment_pretrained_once_are_refused(scratch_root, seeds):
+    """A subset's ``replicas`` narrows the replicas ``pretrain_seeds`` makes: on an experiment that key does
+    not list (or in a profile without it) there are none, and the subset would silently mean nothing."""
+    path = scratch_root / "params" / "signal.yaml"
+    edit_yaml(path, lambda doc: doc.pop("pretrain_seeds") if seeds is None else doc.update(pretrain_seeds=seeds))
+    why = "the profile has no pretrain_seeds" if seeds is None else "pretrain_seeds.experiments does not list it"
+    with pytest.raises(ConfigError, match=rf"signal\.yaml: subsets\.cpu sets replicas for ch4_uniform, whose runs are "
+                                          rf"pretrained once \({why}\)"):
+        load_config(path)

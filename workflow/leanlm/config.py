@@ -31,7 +31,7 @@ from typing import Any
 
 from leanlm import paths
 from leanlm.errors import ConfigError
-from leanlm.runs import FAMILY_READING_OBJECTIVES, PRETRAIN_SEED, absent_runs
+from leanlm.runs import FAMILY_READING_OBJECTIVES, PRETRAIN_SEED, absent_runs, evaluated_run_id
 from leanlm.schemas import read_params_yaml as _read_yaml
 from leanlm.schemas import schema as _schema
 from leanlm.schemas import validate as _validate
@@ -132,14 +132,15 @@ def _subset_items(items: list, where: str) -> dict[str, dict | None]:
     return out
 
 
-def _evaluated_runs(experiment: dict, names) -> dict[str, str]:
-    """{run name: the run id whose model it evaluates} for the ``names`` that evaluate another run's model."""
+def _evaluated_runs(name: str, experiment: dict) -> dict[str, str]:
+    """{run name: the run id whose model it evaluates} of experiment ``name``'s runs that evaluate another
+    run's model, resolved as the run builder resolves them (:func:`leanlm.runs.evaluated_run_id`)."""
     defaults = experiment.get("defaults", {})
     out = {}
-    for name in names:
-        target = {**defaults, **(experiment["runs"][name] or {})}.get("evaluate_from")
+    for run_name, run in experiment["runs"].items():
+        target = evaluated_run_id(name, {**defaults, **(run or {})}.get("evaluate_from", ""))
         if target:
-            out[name] = target
+            out[run_name] = target
     return out
 
 
@@ -173,6 +174,39 @@ def _check_subset(name: str, chosen: dict, path: Path, matrix: dict) -> None:
                               f"{', '.join(kept_runs or known_runs)})")
 
 
+def _check_subset_replicas(name: str, chosen: dict, path: Path, pretrain_seeds: dict | None) -> None:
+    """A subset's ``replicas`` keeps some of the further pretraining replicas ``pretrain_seeds`` makes: on an
+    experiment pretrained once it would keep nothing and silently mean nothing, so it is refused."""
+    listed = (pretrain_seeds or {}).get("experiments", [])
+    for experiment, keep in chosen.items():
+        if keep is None or keep["replicas"] is None or experiment in listed:
+            continue
+        why = "pretrain_seeds.experiments does not list it" if pretrain_seeds else "the profile has no pretrain_seeds"
+        raise ConfigError(f"{path}: subsets.{name} sets replicas for {experiment}, whose runs are pretrained once "
+                          f"({why}), so it has no further replicas to keep: drop `replicas` from the subset's "
+                          f"{experiment}, or list {experiment} in pretrain_seeds.experiments")
+
+
+def _check_subset_targets(name: str, chosen: dict, path: Path, matrix: dict) -> None:
+    """A run the subset keeps that evaluates another's model (ch. 4 skip) keeps that model, and if it keeps
+    its own replicas, that model's replicas (which its replicas evaluate)."""
+    kept = _kept_run_ids(chosen, matrix)
+    for experiment in chosen:
+        if experiment not in matrix:  # load_config names the unknown experiment
+            continue
+        for run_name, target in _evaluated_runs(experiment, matrix[experiment]).items():
+            run_id = f"{experiment}-{run_name}"
+            if run_id not in kept:
+                continue
+            if target not in kept:
+                raise ConfigError(f"{path}: subsets.{name} keeps {run_id}, which evaluates the model of {target}, and "
+                                  f"leaves that run out: keep {target} as well")
+            target_experiment, _, target_run = target.partition("-")
+            if _keeps_replicas(chosen, experiment, run_name) and not _keeps_replicas(chosen, target_experiment, target_run):
+                raise ConfigError(f"{path}: subsets.{name} keeps the pretraining replicas of {run_id}, which evaluate "
+                                  f"{target}'s replicas, but not those of {target}: keep them too")
+
+
 def _kept_run_ids(chosen: dict, matrix: dict) -> set[str]:
     return {f"{e}-{r}" for e, keep in chosen.items() for r in (matrix.get(e) or {}).get("runs", {})
             if keep is None or keep["runs"] is None or r in keep["runs"]}
@@ -184,8 +218,9 @@ def _keeps_replicas(chosen: dict, experiment: str, run: str) -> bool:
 
 
 def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -> dict[str, dict]:
-    """Check every named subset and narrow ``experiments`` to ``subset`` when one is named; return what the
-    subset keeps of the experiments it narrows ({experiment: {"families": ..., "runs": ...}}, None for all).
+    """Check every named subset, chosen or not (a broken one fails now, not when someone first chooses it),
+    and narrow ``experiments`` to ``subset`` when one is named; return what the subset keeps of the
+    experiments it narrows ({experiment: {"families": ..., "runs": ..., "replicas": ...}}, None for all).
     A subset changes which jobs a profile runs, never a setting: each job it runs is the same job (outputs,
     params) as in the whole profile, and each run keeps its pretraining."""
     subsets = config.get("subsets") or {}
@@ -196,6 +231,8 @@ def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -
             raise ConfigError(f"{path}: subsets.{name} lists {', '.join(outside)}, which the profile's "
                               f"experiments do not: a subset only narrows `experiments`")
         _check_subset(name, chosen, path, matrix)
+        _check_subset_replicas(name, chosen, path, config.get("pretrain_seeds"))
+        _check_subset_targets(name, chosen, path, matrix)
     if not subset:
         return {}
     if subset not in subsets:
@@ -203,17 +240,6 @@ def _select_subset(config: dict, subset: str | None, path: Path, matrix: dict) -
             f"{path}: no subset {subset!r} (key subsets); "
             + (f"known: {', '.join(sorted(subsets))}" if subsets else "this profile defines none"))
     chosen = _subset_items(subsets[subset], f"{path}: subsets.{subset}")
-    kept = _kept_run_ids(chosen, matrix)
-    for experiment in chosen:
-        for run_name, target in _evaluated_runs(matrix[experiment], list(matrix[experiment]["runs"])).items():
-            if f"{experiment}-{run_name}" in kept and target not in kept:
-                raise ConfigError(f"{path}: subsets.{subset} keeps {experiment}-{run_name}, which evaluates the "
-                                  f"model of {target}, and leaves that run out: keep {target} as well")
-            target_experiment, _, target_run = target.partition("-")
-            if (f"{experiment}-{run_name}" in kept and _keeps_replicas(chosen, experiment, run_name)
-                    and not _keeps_replicas(chosen, target_experiment, target_run)):
-                raise ConfigError(f"{path}: subsets.{subset} keeps the pretraining replicas of {experiment}-{run_name}, "
-                                  f"which evaluate {target}'s replicas, but not those of {target}: keep them too")
     config["experiments"] = list(chosen)
     config["subset"] = subset
     return {e: keep for e, keep in chosen.items() if keep is not None}
@@ -238,10 +264,11 @@ def _check_pretrain_seeds(config: dict, path: Path, matrix: dict, experiments: l
                           f"it runs: {', '.join(experiments)}")
     listed = set(block["experiments"])
     for name in block["experiments"]:
-        for run_name, run in (matrix.get(name) or {}).get("runs", {}).items():
-            target = {**matrix[name].get("defaults", {}), **run}.get("evaluate_from", "")
-            other = target.split("-", 1)[0] if "-" in target else name
-            if target and other not in listed:
+        if name not in matrix:  # load_config names the unknown experiment
+            continue
+        for run_name, target in _evaluated_runs(name, matrix[name]).items():
+            other = target.partition("-")[0]
+            if other not in listed:
                 raise ConfigError(f"{where}.experiments lists {name}, whose run {run_name} evaluates {target}'s model: "
                                   f"its replicas evaluate {target}'s, so list {other} too")
 

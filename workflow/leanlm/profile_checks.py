@@ -19,8 +19,9 @@ from leanlm.schemas import read_params_yaml as _read_yaml
 from leanlm.schemas import schema as _schema
 from leanlm.errors import ConfigError
 from leanlm.plugins import OBJECTIVES
-from leanlm.runs import (BLOCKLESS_OBJECTIVES, DEFAULT_ATTENTION, Run, _pretrain_data_fields, _run_fields,
-                         check_run_tokenizer, finetune_settings, pretrain_settings, runs)
+from leanlm.runs import (BLOCKLESS_OBJECTIVES, DEFAULT_ATTENTION, PRETRAIN_SEED, UNSEEDED_OBJECTIVES, Run,
+                         _pretrain_data_fields, _run_fields, base_run_id, check_run_tokenizer, evaluated_run_id,
+                         finetune_settings, pretrain_settings, runs)
 
 # Named pretraining data (an experiment's ``pretrain_data``, ch. 4's SlimPajama and Pythia BPE, and the
 # corpus FixedSeqQK's fixed text comes from, FineWeb's sample-10BT, §4.3.4): the profile keys that define
@@ -209,7 +210,7 @@ def check_combinations(config: dict, path: Path) -> None:
                     f"variant; allowed: {', '.join(sorted(known))}"
                 )
             target = run.get("evaluate_from")
-            if target and target not in experiment["runs"] and target not in {
+            if target and evaluated_run_id(name, target) not in {
                     f"{e}-{r}" for e, x in config["_matrix"].items() for r in x["runs"]}:
                 raise ConfigError(f"{where}: run {run_name!r} evaluates {target!r}, which is no run of this "
                                   f"experiment or profile")
@@ -260,16 +261,17 @@ def _check_family_tasks(config: dict, path: Path) -> None:
 def _check_evaluated_runs(config: dict, path: Path) -> None:
     """Ch. 4's evaluation-only runs: an ``evaluate_from`` run describes the model it evaluates (its
     results are labelled by its own model fields, so they must be the target's), and
-    ``skip_simple_layers`` needs a model with both simple and standard layers (a hybrid)."""
+    ``skip_simple_layers`` needs a model with both simple and standard layers (a hybrid). Every pretraining
+    replica too: a replica evaluates the same replica of its target, which must be one the profile makes."""
     from leanlm.modeling.layouts import SIMPLE, layer_kinds
 
-    by_id = {run.run_id: run for run in runs(config)}
+    by_id = {run.run_id: run for run in runs(config, with_replicas=True)}
     for run in by_id.values():
         if run.evaluate_from:
             target = by_id.get(run.evaluate_from)
             if target is None or target.evaluate_from:
                 raise ConfigError(f"{path}: run {run.run_id} evaluates {run.evaluate_from!r}, which is no trained run "
-                                  f"of this profile")
+                                  f"of this profile" + _no_replica_reason(run, by_id))
             differ = sorted(k for k in set(run.model) | set(target.model) if run.model.get(k) != target.model.get(k))
             if differ:
                 raise ConfigError(f"{path}: run {run.run_id} evaluates {target.run_id}'s model but describes another: "
@@ -290,10 +292,19 @@ def _check_evaluated_runs(config: dict, path: Path) -> None:
                                   f"simple and standard layers (ch. 4's Qwen decoder with e.g. layout: even)")
 
 
+def _no_replica_reason(run: Run, by_id: dict[str, Run]) -> str:
+    """Why replica ``run`` finds no replica of the run it evaluates, when that run itself exists ("" else)."""
+    base = by_id.get(base_run_id(run.evaluate_from))
+    if run.pretrain_seed == PRETRAIN_SEED or base is None:
+        return ""
+    why = f"objective {base.objective!r} has no seed" if base.objective in UNSEEDED_OBJECTIVES else "no replicas kept"
+    return (f": {base.run_id} is pretrained once ({why}), so {base_run_id(run.run_id)}'s replicas have no model to "
+            f"evaluate; evaluate a run with replicas, or leave {run.experiment} out of pretrain_seeds.experiments")
+
+
 def _pretrain_data_identity(run: Run) -> tuple[str, str, str]:
     """The named data a run's model is made of: two runs with one model must agree on all of it."""
     return (run.pretrain_corpus, run.pretrain_tokenizer, run.fixed_text_corpus)
-
 
 
 def _experiment_file(name: str) -> str:
@@ -349,7 +360,6 @@ def _check_pretrain_data(config: dict, path: Path) -> None:
                                       f"objective {objective!r}, by the {' and '.join(families)} famil"
                                       f"{'ies' if len(families) > 1 else 'y'} only; families {', '.join(other)} would "
                                       f"encode with the profile's tokenizer")
-
 
 
 def _check_variant_tasks(config: dict, path: Path, name: str, tasks) -> None:

@@ -13,7 +13,8 @@ A profile's ``pretrain_seeds`` pretrains the runs of some experiments once per s
 ``with_replicas`` adds each further replica (``<experiment>-<run>@p<seed>``, :data:`REPLICA_MARK`) after its
 run, the run itself being the replica of :data:`PRETRAIN_SEED`; :func:`replica_seed`, :func:`base_run_id` and
 :func:`replica_groups` read replicas back from run ids. Without ``with_replicas``, the matrix's runs alone:
-what the tables show.
+what the tables show. :func:`evaluated_run_id` resolves a run's ``evaluate_from`` (a bare run name is a run
+of its own experiment) for the builder and every check alike.
 
 The config these functions take is one :func:`leanlm.config.load_config` returned: that module loads
 and validates the profile and the matrix (its cross-file checks call :func:`runs`); this one does not
@@ -170,9 +171,7 @@ def runs(config: dict, with_replicas: bool = False) -> list[Run]:
             model = {"backbone": backbone, "attention": DEFAULT_ATTENTION[backbone], **size,
                      **{k: v for k, v in fields.items() if k not in RUN_ONLY_FIELDS}}
             _scale_embedding_size(model, config.get("embedding_sizes", {}))
-            target = fields.get("evaluate_from", "")
-            if target and "-" not in target:
-                target = f"{experiment_name}-{target}"
+            target = evaluated_run_id(experiment_name, fields.get("evaluate_from", ""))
             # Named data the profile defines; a profile without data.corpora/tokenizers uses its own.
             named = _pretrain_data_fields(experiment, fields)
             corpora = config.get("data", {}).get("corpora") or {}
@@ -208,6 +207,15 @@ def runs(config: dict, with_replicas: bool = False) -> list[Run]:
             if with_replicas and replicated and out[-1].objective not in UNSEEDED_OBJECTIVES:
                 out += [_replica(out[-1], seed) for seed in pretrain_seeds(config, experiment_name)[1:]]
     return out
+
+
+def evaluated_run_id(experiment: str, target: str) -> str:
+    """The run id an ``evaluate_from`` value of a run of ``experiment`` names: ``<experiment>-<run>`` as
+    written, or a bare run name, which is a run of the same experiment ("" stays ""). Names hold no "-"
+    (workflow/schemas/experiments.schema.json), so the first "-" always splits experiment from run. Every
+    check of ``evaluate_from`` (leanlm.config's subsets and pretrain_seeds, leanlm.profile_checks) resolves
+    it here, so each compares the id the run builder makes."""
+    return target if not target or "-" in target else f"{experiment}-{target}"
 
 
 def _replica(run: Run, seed: int) -> Run:
