@@ -24,7 +24,8 @@ from leanlm.modeling.decoder import GPT2ForCausalLM
 from leanlm.runs import get_run, pretrain_settings, runs
 from leanlm.training import compiling
 from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.stages.pretrain import CausalLMBatches, pretrain_train_config
+from leanlm.stages.packed_batches import CausalLMBatches
+from leanlm.stages.pretrain import pretrain_train_config
 
 from params_files import edit_yaml
 

@@ -11,7 +11,7 @@ from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hf_twins import bert_twin, qwen2_twin
 from leanlm.modeling.models import build_model
 from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.stages.pretrain import CausalLMBatches, MLMBatches
+from leanlm.stages.packed_batches import CausalLMBatches, MLMBatches
 
 VOCAB = 300
 BERT = dict(vocab_size=VOCAB, n_layers=2, d_model=64, n_heads=2, head_dim=32, d_ff=128, max_position=64,

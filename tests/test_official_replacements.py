@@ -19,7 +19,7 @@ from leanlm.hashing.official_replacements import (OFFICIAL_RANDOM_INPUTS, offici
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_embeddings import codeword_powers
 from leanlm.objectives.shuffle_random import ShuffleRandomBatches
-from leanlm.stages.pretrain import MLMBatches
+from leanlm.stages.packed_batches import MLMBatches
 from leanlm.training.shuffle_random import IGNORE_INDEX, RANDOM
 
 T = 128

@@ -20,7 +20,7 @@ from leanlm.modeling.heads import BertForMLM, labelled_positions
 from leanlm.training import loss_readback
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.prefetch import BatchPrefetcher
-from leanlm.stages.pretrain import CausalLMBatches, MLMBatches
+from leanlm.stages.packed_batches import CausalLMBatches, MLMBatches
 
 torch.set_num_threads(1)
 

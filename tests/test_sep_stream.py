@@ -171,7 +171,7 @@ def _wordpiece(texts) -> Tokenizer:
 def test_pack_streams_fingerprintable_tokenizers_and_leaves_codebooks_to_codebook_streams(cache, tmp_path):
     from leanlm.hashing import HashCodebook, MD5Hasher
     from leanlm.hashing.inputs import CodebookTokenizer
-    from leanlm.stages.pretrain import _pack
+    from leanlm.stages.packed_batches import pack_rows
 
     rng = random.Random(0)
     words = "the river flows past an old mill where stones lie".split()
@@ -179,7 +179,7 @@ def test_pack_streams_fingerprintable_tokenizers_and_leaves_codebooks_to_codeboo
     split = tmp_path / "train.jsonl"
     split.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     wordpiece = _wordpiece(texts)
-    rows = _pack(wordpiece, split, 12, "t")
+    rows = pack_rows(wordpiece, split, 12, "t")
     assert streamable(wordpiece) and isinstance(rows, StreamRows)
     cls, sep = wordpiece.token_to_id("[CLS]"), wordpiece.token_to_id("[SEP]")
     expected = pack_sequences(tokenize_documents(wordpiece, read_documents(split), "t"), 12, cls, sep)
@@ -188,7 +188,7 @@ def test_pack_streams_fingerprintable_tokenizers_and_leaves_codebooks_to_codeboo
     codebook = CodebookTokenizer(HashCodebook(MD5Hasher()))  # no serialised form: codebook_streams packs it
     assert not streamable(codebook)
     with pytest.raises(DataError, match="CodebookTokenizer cannot key.*codebook_streams.codebook_corpus"):
-        _pack(codebook, split, 12, "t")
+        pack_rows(codebook, split, 12, "t")
 
 
 def test_mlm_pretraining_through_the_stream(tiny_project, cache, monkeypatch):  # noqa: F811

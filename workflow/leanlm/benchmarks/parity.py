@@ -99,7 +99,7 @@ def build_pair(pair: str, batch_size: int, seq_len: int, seed: int = 0,
     """Both models of ``pair`` (ours and the twin, same weights), a batch, and each side's loss function."""
     from leanlm.modeling.hf_twins import bert_twin, qwen2_twin
     from leanlm.modeling.models import build_model
-    from leanlm.stages.pretrain import CausalLMBatches, MLMBatches
+    from leanlm.stages.packed_batches import CausalLMBatches, MLMBatches
 
     config = pair_config(pair, **(overrides or {}))
     if seq_len > config.max_position:

@@ -60,7 +60,7 @@ from leanlm.modeling.heads import BertForMLM
 from leanlm.modeling.models import build_model
 from leanlm.training.engine import TrainConfig, Trainer
 from leanlm.training.prefetch import count_tokens, pinned
-from leanlm.stages.pretrain import CausalLMBatches, MLMBatches
+from leanlm.stages.packed_batches import CausalLMBatches, MLMBatches
 
 # Dense (no sparsity) peak FLOP/s by precision, from NVIDIA's data sheets (the "Tensor Core" rows, whose
 # starred values assume 2:4 sparsity and are halved here; FP32 is the non-tensor-core row):

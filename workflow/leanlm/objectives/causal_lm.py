@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from leanlm.stages.pretrain import CausalLMBatches, PackedTextObjective
+from leanlm.stages.packed_batches import CausalLMBatches
+
+from leanlm.stages.pretrain import PackedTextObjective
 
 
 class CausalLMObjective(PackedTextObjective):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from leanlm.data.tokenizer import special_token_id
-from leanlm.stages.pretrain import MLMBatches, PackedTextObjective, special_token_ids
+from leanlm.stages.packed_batches import MLMBatches, special_token_ids
+from leanlm.stages.pretrain import PackedTextObjective
 
 
 class MLMObjective(PackedTextObjective):

@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch
 
 from leanlm.errors import ConfigError, DataError
-from leanlm.stages.pretrain import PackedBatches, PackedTextObjective, special_token_ids
+from leanlm.stages.packed_batches import PackedBatches, special_token_ids
+from leanlm.stages.pretrain import PackedTextObjective
 from leanlm.training.shuffle_random import shuffle_random, shuffle_random_as_official_code
 
 CORRUPTIONS = ("thesis", "official_code")

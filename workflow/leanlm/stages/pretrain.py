@@ -34,40 +34,34 @@ import math
 import os
 import time
 
-import torch
-
 from leanlm import paths
 from leanlm.data.pretrain_data import embedding_rows, run_data
-from leanlm.data.tokenizer import eos_token_id, special_token_id
-from leanlm.errors import ConfigError, DataError, LeanLMError, TrainingError
+from leanlm.errors import ConfigError, LeanLMError, TrainingError
 from leanlm.io import atomic_path, check_writable, json_text
 from leanlm.modeling.checkpoint import save_checkpoint
 from leanlm.modeling.config import ModelConfig
-from leanlm.modeling.heads import labelled_positions
 from leanlm.modeling.counting import (embedding_parameters, model_attention_parameters, total_parameters,
                                      word_embedding_parameters)
-from leanlm.modeling.models import build_model, loss_only_kwargs
+from leanlm.modeling.models import build_model
 # The folder leanlm/objectives is the registry: objective <name> is class ``Objective`` of leanlm.objectives.<name>;
 # likewise leanlm/routes for how the run's text becomes its model's inputs (input_route).
 from leanlm.plugins import OBJECTIVES, input_route
 from leanlm.provenance import hardware
 from leanlm.runs import PRETRAIN_SEED, get_run, pretrain_settings, public
+from leanlm.data.tokenizer import special_token_id
+from leanlm.stages.packed_batches import PackedBatches, pack_rows, uses_eos_packing, validation_loss
 from leanlm.training.checkpointing import run_lock
 from leanlm.training.distributed import (barrier, broadcast_object, cleanup_distributed, init_distributed,
                                          local_grad_accum, rank_zero_first)
 from leanlm.training.engine import TrainConfig, Trainer
-from leanlm.training.eos_packing import eos_packed_rows, sep_packed_rows, streamable
-from leanlm.training.objectives import mlm_mask
 from leanlm.training.run_tokenizer import save_run_tokenizer
-from leanlm.training.seeding import seed_everything, step_generator
+from leanlm.training.seeding import seed_everything
 from leanlm.training.step_timing import StepClock
-from leanlm.training.text_batches import example_indices, micro_batches_per_step
 
 log = logging.getLogger(__name__)
 
 # PRETRAIN_SEED (leanlm.runs, re-exported here): the seed of every run but a further pretraining replica,
 # which is pretrained with its own (Run.pretrain_seed: data order, initialisation and masking all follow it).
-IGNORE_INDEX = -100
 
 
 class PretrainObjective(abc.ABC):
@@ -110,109 +104,6 @@ class PackedTextObjective(PretrainObjective):
         return pretrain_packed(config, run, self)
 
 
-
-
-def special_token_ids(tokenizer) -> list[int]:
-    """Ids of the special tokens the tokenizer has (by role: BERT's [PAD] ... or RoBERTa's <pad> ...),
-    which the objectives never corrupt."""
-    return [i for i in (special_token_id(tokenizer, role) for role in ("pad", "cls", "sep", "unk", "mask"))
-            if i is not None]
-
-
-class PackedBatches(abc.ABC):
-    """``batch_at(step, micro)`` over packed sequences: the micro-batch's rows of the seeded per-epoch
-    shuffle (random access, see text_batches), turned into inputs and labels by the objective's
-    :meth:`masked`, which :func:`validation_loss` also calls on fixed rows. Packed rows are full, so the
-    batches carry no ``attention_mask`` (the models treat a missing mask as no padding, without asking
-    the device whether an all-ones mask is all ones)."""
-
-    uses_generator = True  # whether masked() draws random numbers (a per-(step, micro) generator)
-
-    def __init__(self, sequences, batch_size: int, grad_accum: int, seed: int):
-        self.sequences, self.batch_size, self.seed = sequences, batch_size, seed
-        self.per_step = micro_batches_per_step(grad_accum)
-
-    def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
-        return self.masked(*self.rows_at(step, micro))
-
-    def rows_at(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Generator | None]:
-        """The micro-batch's rows and the generator its draws come from (None where nothing is drawn)."""
-        start = (step * self.per_step + micro) * self.batch_size
-        rows = self.sequences[example_indices(len(self.sequences), self.seed, start, self.batch_size)]
-        return rows, step_generator(self.seed, step, micro) if self.uses_generator else None
-
-    @abc.abstractmethod
-    def masked(self, rows: torch.Tensor, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
-        """The model's batch (input_ids, labels, and what else the head reads) for these rows."""
-
-
-class MLMBatches(PackedBatches):
-    """BERT's masked language modelling over packed sequences."""
-
-    def __init__(self, sequences: torch.Tensor, special_ids: list[int], mask_id: int, vocab_size: int,
-                 batch_size: int, grad_accum: int, mask_prob: float, seed: int):
-        super().__init__(sequences, batch_size, grad_accum, seed)
-        self.special = torch.tensor(sorted(special_ids), dtype=torch.long)
-        self.mask_id, self.vocab_size, self.mask_prob = mask_id, vocab_size, mask_prob
-
-    def masked(self, rows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        special_mask = torch.isin(rows, self.special)
-        inputs, labels = mlm_mask(rows, special_mask, self.mask_id, self.vocab_size, self.mask_prob, generator)
-        # No attention_mask: packed rows have no padding, and an all-ones mask would make the model ask the
-        # device whether it is all ones. The labelled positions are counted here, on the CPU, for the same
-        # reason (BertForMLM's masked_positions).
-        return {"input_ids": inputs, "labels": labels, "masked_positions": labelled_positions(labels)}
-
-
-class CausalLMBatches(PackedBatches):
-    """Next-token prediction over packed sequences (the model shifts): nothing is masked."""
-
-    uses_generator = False
-
-    def masked(self, rows: torch.Tensor, generator) -> dict[str, torch.Tensor]:
-        return {"input_ids": rows, "labels": rows.clone()}  # packed rows: no padding, no attention_mask
-
-
-def uses_eos_packing(tokenizer) -> bool:
-    """True for a tokenizer without a cls/sep pair ([CLS]/[SEP], RoBERTa's <s>/</s>; Pythia's BPE has
-    neither): documents are separated by its EOS."""
-    return special_token_id(tokenizer, "cls") is None or special_token_id(tokenizer, "sep") is None
-
-
-def _pack(tokenizer, path, seq_len: int, desc: str):
-    if uses_eos_packing(tokenizer):
-        eos = eos_token_id(tokenizer)
-        if eos is None:
-            raise DataError(f"{desc}: the tokenizer has neither [CLS]/[SEP] nor an end-of-text token to separate "
-                            f"the documents of {path} with")
-        return eos_packed_rows(tokenizer, path, seq_len, eos, desc)  # (N, seq_len) rows, memory-mapped
-    cls_id, sep_id = special_token_id(tokenizer, "cls"), special_token_id(tokenizer, "sep")
-    if not streamable(tokenizer):  # ch. 2's codebook tokenizers pack through codebook_streams instead
-        raise DataError(f"{desc}: {type(tokenizer).__name__} cannot key a cached token stream of {path}; hash "
-                        f"runs pack with leanlm.hashing.codebook_streams.codebook_corpus")
-    # `d1 SEP d2 ...` memory-mapped, cached across jobs; [CLS]/[SEP] added per row read
-    return sep_packed_rows(tokenizer, path, seq_len, cls_id, sep_id, desc)
-
-
-@torch.no_grad()
-def validation_loss(model, batches: PackedBatches, sequences: torch.Tensor, device, max_rows: int = 512) -> float:
-    """Mean loss per predicted token on the validation split, with fixed masks where the objective
-    masks (so it is comparable across runs of a profile)."""
-    model.eval()
-    total, count = 0.0, 0
-    rows = sequences[:max_rows]
-    generator = torch.Generator().manual_seed(12345)
-    for start in range(0, len(rows), batches.batch_size):
-        batch = batches.masked(rows[start : start + batches.batch_size], generator)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        labels = batch["labels"]
-        # Causal LM predicts every token but the first of each row; MLM only the masked ones.
-        n = labels[:, 1:].numel() if isinstance(batches, CausalLMBatches) else int((labels != IGNORE_INDEX).sum())
-        if n:  # the loss alone: the LM heads then compute it without holding the whole logits
-            total += float(model(**batch, **loss_only_kwargs(model))["loss"]) * n
-            count += n
-    model.train()
-    return total / max(count, 1)
 
 
 def pretrain_train_config(settings: dict, desc: str, seed: int = PRETRAIN_SEED) -> TrainConfig:
@@ -321,7 +212,6 @@ def _locked_once(config: dict, run_id: str, rank: int):
 def pretrain_packed(config: dict, run, objective: PackedTextObjective) -> dict:
     """Shared runner for objectives over the packed pretraining corpus (MLM, causal LM, ...)."""
     run_id = run.run_id
-    profile = config["profile"]
     settings = pretrain_settings(config, run)
     if settings["seq_len"] > run.model["max_position"]:
         raise ConfigError(
@@ -356,8 +246,8 @@ def _prepare(config: dict, run, objective: PackedTextObjective, settings: dict):
             raise ConfigError(f"{config['_params_file']}: run {run_id} pretrains with {run.objective}, which needs "
                               f"the tokenizer's [CLS]/[SEP]/[MASK]; tokenizer {data.tokenizer or 'of the profile'} "
                               f"has none")
-        train_seqs = _pack(tokenizer, corpus / "train.jsonl", settings["seq_len"], "tokenize train")
-        valid_seqs = _pack(tokenizer, corpus / "validation.jsonl", settings["seq_len"], "tokenize validation")
+        train_seqs = pack_rows(tokenizer, corpus / "train.jsonl", settings["seq_len"], "tokenize train")
+        valid_seqs = pack_rows(tokenizer, corpus / "validation.jsonl", settings["seq_len"], "tokenize validation")
     return data, tokenizer, train_seqs, valid_seqs
 
 

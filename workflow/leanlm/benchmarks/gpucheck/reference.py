@@ -124,7 +124,7 @@ class TwinBatches:
 
     def __init__(self, spec: dict[str, Any], rows: torch.Tensor, special_ids: list[int], mask_id: int | None,
                  stored: dict[int, dict[str, torch.Tensor]] | None = None):
-        from leanlm.stages.pretrain import CausalLMBatches, MLMBatches
+        from leanlm.stages.packed_batches import CausalLMBatches, MLMBatches
 
         self.spec, self.rows, self.stored = spec, rows, stored or {}
         self.size = spec["batch_size"]
@@ -189,7 +189,7 @@ def build_reference(data_dir: Path, out_dir: Path, tiny: bool) -> dict[str, Any]
     from leanlm.data.tokenizer import load_tokenizer, special_token_id
     from leanlm.io import atomic_path, sha256_file, write_json
     from leanlm.modeling.hf_twins import bert_twin, qwen2_twin
-    from leanlm.stages.pretrain import special_token_ids
+    from leanlm.stages.packed_batches import special_token_ids
 
     tokenizer = load_tokenizer(data_dir / "tokenizer")
     special, mask_id = special_token_ids(tokenizer), special_token_id(tokenizer, "mask")
