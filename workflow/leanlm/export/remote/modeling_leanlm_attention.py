@@ -176,3 +176,15 @@ def sinusoidal_positions(length, d_model):
     table[:, 0::2] = torch.sin(angles)
     table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
     return table
+
+
+def init_normal_and_layer_norm(module: nn.Module, std: float) -> None:
+    """BERT's initialisation of one module, for what a checkpoint does not hold: Linear and Embedding weights
+    N(0, std^2) with zero biases, LayerNorm at weight 1 and bias 0 (the ch. 3 models and the encoder-decoder)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        module.weight.data.normal_(0.0, std)
+        if getattr(module, "bias", None) is not None:
+            module.bias.data.zero_()
+    elif isinstance(module, nn.LayerNorm):
+        module.weight.data.fill_(1.0)
+        module.bias.data.zero_()

@@ -21,7 +21,7 @@ from transformers.modeling_outputs import (BaseModelOutput, CausalLMOutput, Mask
                                            SequenceClassifierOutput, TokenClassifierOutput)
 
 from .configuration_leanlm import LeanBertConfig, LeanGPT2Config
-from .modeling_leanlm_attention import ATTENTION, sinusoidal_positions
+from .modeling_leanlm_attention import ATTENTION, init_normal_and_layer_norm, sinusoidal_positions
 from .modeling_leanlm_hash import EMBEDDINGS, FEATURES
 
 
@@ -127,13 +127,7 @@ class GPT2Decoder(nn.Module):
 class LeanCh3PreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):  # BERT's init, for what a checkpoint does not hold
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            module.weight.data.normal_(0.0, self.config.initializer_range)
-            if getattr(module, "bias", None) is not None:
-                module.bias.data.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.weight.data.fill_(1.0)
-            module.bias.data.zero_()
+        init_normal_and_layer_norm(module, self.config.initializer_range)
 
 
 class LeanBertModel(LeanCh3PreTrainedModel):

@@ -22,7 +22,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from .configuration_leanlm import LeanTransformerConfig
-from .modeling_leanlm_attention import ATTENTION, sinusoidal_positions
+from .modeling_leanlm_attention import ATTENTION, init_normal_and_layer_norm, sinusoidal_positions
 
 
 def padding(attention_mask):
@@ -111,13 +111,7 @@ class LeanTransformerForSeq2SeqLM(PreTrainedModel, GenerationMixin):
         self.post_init()
 
     def _init_weights(self, module):  # for what a checkpoint does not hold
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            module.weight.data.normal_(0.0, self.config.initializer_range)
-            if getattr(module, "bias", None) is not None:
-                module.bias.data.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.weight.data.fill_(1.0)
-            module.bias.data.zero_()
+        init_normal_and_layer_norm(module, self.config.initializer_range)
 
     def get_input_embeddings(self):
         return self.embed_tokens
