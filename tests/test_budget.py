@@ -1,5 +1,6 @@
 """`leanlm budget`: compute and disk of a profile from its runs, checked against real models."""
 
+import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,41 @@ def test_unknown_gpu_is_a_clear_error():
                            "--gpu", "Voodoo3"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0
     assert "Voodoo3" in proc.stderr
+
+
+def _official_head(config: dict) -> dict:
+    """``config`` with the official code's S+R head (dropout + Linear(d, 3)), as a profile sets it."""
+    official = copy.deepcopy(config)
+    official["pretrain"]["shuffle_random"]["head"] = "official_code"
+    return official
+
+
+def test_the_budget_builds_the_shuffle_random_head_the_profile_picks(paper):
+    """``pretrain.shuffle_random.head: official_code`` drops BERT's dense + GELU + LayerNorm transform:
+    d^2 + 3d = 592,128 pretraining parameters at BERT-base, which the budget counts from the model it builds."""
+    run = get_run(paper, "ch2_hashformers-bert_sr")
+    official = _official_head(paper)
+    ours, theirs = budget.pretrain_budget(paper, run), budget.pretrain_budget(official, run)
+    assert ours.parameters - theirs.parameters == 768 * 768 + 3 * 768 == 592_128
+    settings = pretrain_settings(official, run)
+    with torch.device("meta"):
+        built = build_model(budget.run_model_config(official, run, settings), "shuffle_random",
+                            head_type="official_code")
+    assert theirs.parameters == total_parameters(built)
+    assert theirs.checkpoint_bytes == 4 * sum(p.numel() for p in built.parameters())
+
+
+def test_the_memory_estimates_build_the_head_the_profile_picks(paper, monkeypatch):
+    """Every run's memory estimate is made for the model its pretraining builds, the S+R head included."""
+    import leanlm.memory
+
+    asked = {}
+    monkeypatch.setattr(leanlm.memory, "run_memory", lambda run_id, head, *args, **kwargs: asked.setdefault(
+        run_id, (head, kwargs.get("head_options"))))
+    budget.run_memories(_official_head(paper))
+    assert asked["ch2_hashformers-bert_sr"] == ("shuffle_random", {"head_type": "official_code"})
+    assert asked["ch2_hashformers-md5_proj"] == ("shuffle_random", {"head_type": "official_code"})
+    assert asked["ch2_hashformers-bert_mlm"] == ("mlm", {})
+    asked.clear()
+    budget.run_memories(paper)
+    assert asked["ch2_hashformers-bert_sr"] == ("shuffle_random", {})

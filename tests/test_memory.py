@@ -218,3 +218,19 @@ def test_validate_warns_of_runs_that_do_not_fit_the_declared_gpu(smoke_with_gpu,
 def test_validate_checks_no_memory_without_a_declared_gpu_memory():
     config = load_config(REPO / "params" / "smoke.yaml")
     assert memory.check_gpu_memory(config, lambda *a: pytest.fail("measured without a declared GPU")) == []
+
+
+def test_the_estimate_is_of_the_head_asked_for():
+    """The official S+R head (dropout + Linear(d, 3)) has d^2 + 3d fewer weights than ours; the estimate's
+    static bytes follow the head options, 16 bytes per parameter, as the model built with them."""
+    config, _ = _config("bert-hash_pool")
+    settings = {"batch_size": 2, "seq_len": 16}
+    ours = memory.run_memory("r", "shuffle_random", config, settings, both=False)
+    official = memory.run_memory("r", "shuffle_random", config, settings, both=False,
+                                 head_options={"head_type": "official_code"})
+    d = config.d_model
+    assert ours.weights - official.weights == 4 * (d * d + 3 * d)
+    assert ours.optimizer - official.optimizer == 8 * (d * d + 3 * d)
+    with torch.device("meta"):
+        built = build_model(config, "shuffle_random", head_type="official_code")
+    assert official.gradients == 4 * sum(p.numel() for p in built.parameters())

@@ -136,10 +136,51 @@ def test_official_code_gives_a_bit_model_random_inputs_at_replaced_tokens(embedd
     assert set(batches(3, 0)) == set(batch)
 
 
-@pytest.mark.parametrize("embedding", ["hash_emb", "proformer"])
-def test_official_code_leaves_models_without_bit_inputs_to_random_words(embedding):
-    assert official_random_inputs(model_config(embedding)) is None
+def test_official_code_leaves_models_the_official_code_lacks_to_random_words():
+    assert official_random_inputs(model_config("proformer")) is None
     assert set(OFFICIAL_RANDOM_INPUTS) == {"hash_add", "hash_proj", "hash_pool"}
+
+
+# The official Emb reads ids of a 50,265-row word table (ids 0-4 RoBERTa's special tokens, a regular token
+# its bucket + 5), and its collator, the plain one, replaces a token by an id drawn uniformly from that whole
+# table: in our terms a uniform draw over the N + 5 (special ids, buckets), whatever the corpus's words.
+# A random codebook row's bucket is not that: it is a corpus word's bucket (few distinct ones where the
+# corpus is small, LSH's clusters where it is not) and a special id only 5 / rows of the time.
+EMB_WORDS = " ".join(f"w{i}" for i in range(40))
+
+
+def official_ids(batch: dict, n_special: int = 5) -> torch.Tensor:
+    """Each token as the official Emb reads it: its special id, or its bucket + 5."""
+    return torch.where(batch["input_ids"] < n_special, batch["input_ids"], batch["hash_buckets"] + n_special)
+
+
+def test_official_code_gives_emb_uniform_ids_of_the_whole_vocabulary():
+    n_ids = 1_037 + 5  # Emb (1K): the buckets and the 5 special ids
+    book = HashCodebook(MD5Hasher(), n_buckets=1_037)
+    book.encode([EMB_WORDS])
+    config = ModelConfig(vocab_size=1, n_layers=1, d_model=16, n_heads=2, head_dim=8, d_ff=32, max_position=64,
+                         embedding="hash_emb", embedding_options={"hash": "md5", "buckets": "1K"})
+    ids, inner = sr_batches(book, "official_code", rows=256)
+    batches = with_features(inner, config, CodebookTokenizer(book))
+    assert isinstance(batches, FeatureBatches) and batches.random_inputs is not None
+    batch = batches.masked(ids, torch.Generator().manual_seed(7))
+    plain = inner.masked(ids, torch.Generator().manual_seed(7))  # the same draws, ids only
+    replaced = batch["labels"] == RANDOM
+    assert torch.equal(batch["labels"], plain["labels"]) and replaced.sum() > 1000
+    drawn = official_ids(batch)[replaced]
+    assert ks_to_uniform((drawn.double() + 0.5) / n_ids) < 0.06  # ~1,400 draws: KS noise 0.05 at the 0.1% level
+    assert abs(float((drawn < 5).double().mean()) - 5 / n_ids) < 0.01
+    # A replaced token drawn regular stays itself (a regular token) and reads the drawn bucket.
+    regular = replaced & (batch["input_ids"] >= 5)
+    assert torch.equal(batch["input_ids"][regular], ids[regular])
+    # Everywhere else the ids and buckets are the (corrupted) tokens' own.
+    assert torch.equal(batch["input_ids"][~replaced], plain["input_ids"][~replaced])
+    assert torch.equal(batch["hash_buckets"][~replaced], book.buckets(plain["input_ids"])[~replaced])
+    # The wrong draw, a random codebook row's bucket (what the ids-only batch holds), fails the same check.
+    wrong = torch.where(plain["input_ids"] < 5, plain["input_ids"], book.buckets(plain["input_ids"]) + 5)[replaced]
+    assert ks_to_uniform((wrong.double() + 0.5) / n_ids) > 0.1
+    # The same step's batch twice is the same batch (a resumed run replays it).
+    assert all(torch.equal(batches(3, 0)[k], batches(3, 0)[k]) for k in batch)
 
 
 @pytest.mark.parametrize("embedding", ["hash_add", "hash_pool"])

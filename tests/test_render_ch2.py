@@ -27,6 +27,7 @@ from leanlm.errors import LeanLMError
 from leanlm.modeling.config import ModelConfig
 from leanlm.reporting.aggregate import COLUMNS, load
 from leanlm.reporting.analytic import ANALYTIC
+from leanlm.reporting.ch2.speed import untimed_reason
 from leanlm.reporting.render import PARAMS_TABLES, TABLES, write_table
 from leanlm.runs import absent_runs, runs
 
@@ -201,8 +202,8 @@ def test_missing_result_or_record_is_a_clear_error(scratch_root, config):
         render(scratch_root, config, "table_2_1", skip=lambda r, t, s: r.name == "lsh_add" and t == "rte" and s == 2)
     with pytest.raises(LeanLMError, match=r"no pretraining speed record.*rule pretraining_speed"):
         render(scratch_root, config, "table_2_3", bench=None)
-    with pytest.raises(LeanLMError, match=r"pretrain.json has no timing.seconds_per_sample.*leanlm pretrain --run"):
-        render(scratch_root, config, "table_2_side_by_side", timing=False)
+    with pytest.raises(LeanLMError, match=r"no pretraining speed record.*rule pretraining_speed"):
+        render(scratch_root, config, "table_2_side_by_side", bench=None)
     trimmed = {**config, "_matrix": {k: v for k, v in config["_matrix"].items() if k != "ch2_subword"}}
     write_results(scratch_root, config)
     with pytest.raises(LeanLMError, match="table_2_6 needs experiment 'ch2_subword'.*key experiments"):
@@ -263,7 +264,7 @@ def test_table_2_6_subword_beside_word(scratch_root, config):
 
 # ----------------------------------------------------------------------------- side by side
 def test_side_by_side_every_hash_family_on_one_backbone(scratch_root, config):
-    tex, csv = render(scratch_root, config, "table_2_side_by_side")
+    tex, csv = render(scratch_root, config, "table_2_side_by_side", bench=lambda name: PT[name] / 2)
     csv = csv.set_index("model")
     assert list(csv.index[:2]) == ["BERT-MLM", "CANINE-C"] and csv.index[-1] == "EELBERT"
     assert csv.loc["BERT-Hash nano", "emb"] == VOCAB * 16 + 16 * 64
@@ -274,9 +275,48 @@ def test_side_by_side_every_hash_family_on_one_backbone(scratch_root, config):
     assert (csv.dropna(subset=["emb"])["backbone"] == "2x64x4x256").all()
     assert "NeuML's model card reports 0.969M parameters at its own size" in tex and "MNLI-m 65.65" in tex
     assert row_after(tex, "HashFormers-MD (Ours)", "Proj", 1)[0] == r"\textit{99.1K}"
-    assert row_after(tex, "HashFormers-MD (Ours)", "Proj")[2:5] == [r"\textbf{5.0}", r"\textbf{1.4}", r"\textbf{4.0x}"]
+    assert row_after(tex, "HashFormers-MD (Ours)", "Proj")[2:5] == [r"\textbf{2.5}", r"\textbf{1.4}", r"\textbf{4.0x}"]
     assert cells(tex, "EELBERT$^{\\mathrm{e}}$")[0] == r"\textbf{0}"
     assert "Related hash embeddings" in tex and r"\quad" not in tex.split("Related hash embeddings")[1]
+
+
+def test_side_by_side_pt_is_the_speed_record_not_the_training_clock(scratch_root, config):
+    """PT from the pretraining speed record (Table 2.3's: one batch, interleaved rounds, the median over
+    rounds), never pretrain.json's clock (absent here); a run the record does not time has an empty cell
+    whose note says why."""
+    from leanlm.reporting.pretraining_speed import speed_path
+
+    write_results(scratch_root, config, timing=False)
+    record = json.loads(speed_path("smoke").read_text())
+    rounds = [3.0, 1.0, 2.0, 9.0, 4.0, 3.0, 3.0, 8.0, 2.0, 1.0]   # median 3.0 (mean 3.6)
+    record["ms_per_sample"] = {run: rounds[: len(times)] for run, times in record["ms_per_sample"].items()}
+    assert len(rounds) >= len(next(iter(record["ms_per_sample"].values())))
+    speed_path("smoke").write_text(json.dumps(record))
+    table = TABLES.get("table_2_side_by_side")("smoke", config, load("smoke"))
+    frame = table.frame.set_index("model")
+    median = float(pd.Series(rounds[: len(next(iter(record["ms_per_sample"].values())))]).median())
+    for model in ("BERT-MLM", "HashFormers-MD-Proj", "HashFormers-LSH-Emb (1K)"):
+        assert frame.loc[model, "pt_ms"] == pytest.approx(median), model
+    # BERT-Hash and EELBERT (ch2_related) are not in the record: empty, with why
+    for model in ("BERT-Hash nano", "EELBERT"):
+        assert math.isnan(frame.loc[model, "pt_ms"]), model
+    tex = write_table("smoke", "table_2_side_by_side", table)[0].read_text()
+    untimed = cells(tex, "EELBERT$^{\\mathrm{e}}$")[2]
+    assert untimed.startswith("-$^{") and cells(tex, "BERT-Hash nano$^{\\mathrm{d}}$")[2] == untimed
+    assert "Not timed by the pretraining speed record, which times ch2\\_hashformers" in tex
+    assert cells(tex, "CANINE-C$^{\\mathrm{a}}$")[2] == "-"   # absent offline: its label's note says why
+    # CANINE-C where the hub is reachable: the hub's checkpoint, never pretrained here
+    canine = next(r for r in runs({**config, "absent_runs": {}}) if r.name == "canine_c")
+    assert untimed_reason(canine).startswith("Not pretrained by the pipeline")
+    assert "interleaved rounds" in tex and "median over rounds" in tex and "not the training clock" in tex
+    assert "Pretraining timed on CPU Bench-1, 1 threads" in tex
+
+
+def test_tables_reading_the_speed_record_declare_it():
+    """The rule rendering a table waits for the speed record where tables.yaml says `reads: [speed]`."""
+    specs = yaml.safe_load((REPO / "params" / "tables.yaml").read_text())
+    assert {name for name, spec in specs.items() if "speed" in spec.get("reads", [])} == {
+        "table_2_3", "table_2_side_by_side"}
 
 
 # ----------------------------------------------------------------------------- Tables 2.4 and 2.5

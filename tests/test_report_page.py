@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 RENDERED = ["table_4_1", "table_4_4", "figure_4_1", "figure_4_5"]
 LOGGED = "ch4_uniform-standard"  # the run whose job logs the fixture writes
 HOSTILE = '<b>bold</b> & <script>document.title = "pwned"</script>'
+SUBSET, SUBSET_EXPERIMENTS = "report_page", ("ch2_hashformers", "ch4_uniform")
 REQUIRED = os.environ.get("LEANLM_BROWSER_TEST") == "required"
 needs_browser = pytest.mark.skipif(browser.missing() is not None and not REQUIRED, reason=str(browser.missing()))
 
@@ -61,6 +62,10 @@ def project(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("report_root")
     shutil.copytree(REPO / "params", root / "params")
+    # A subset, as `--subset` narrows a run: the page's scale section lists the sizes of the runs it keeps only.
+    smoke = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
+    smoke["subsets"] = {SUBSET: list(SUBSET_EXPERIMENTS)}
+    (root / "params" / "smoke.yaml").write_text(yaml.safe_dump(smoke, sort_keys=False))
     for name in ("dvc.yaml", "dvc_stages.yaml"):
         shutil.copy(REPO / name, root / name)
     for sub in ("schemas", "templates"):
@@ -70,7 +75,7 @@ def project(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LEANLM_ROOT", str(root))
         _load_matrix_cached.cache_clear()
-        config = load_config(root / "params" / "smoke.yaml")
+        config = load_config(root / "params" / "smoke.yaml", subset=SUBSET)
         _claims(root, config)  # before the ch. 4 records join: the claims stage checks every record it reads
         shutil.copytree(records / "results", root / "results", dirs_exist_ok=True)
         for name in RENDERED:
@@ -132,9 +137,16 @@ def test_front_page_claims_and_outputs_in_the_thesis_order(page, project):
     assert "1 benchmarked jobs took 2 min 06 s" in front
     assert "1 supported" in front and "1 untestable" in front and "1 not run" in front
     assert "smoke profile, below the thesis's scale" in front
+    # the sizes of the runs the subset keeps (ch2_hashformers: bert; ch4_uniform: qwen_500m), not every size
+    scale = page.execute_script("return Array.from(document.querySelectorAll('#front ul li')).map(l => l.textContent)")
+    assert [line.split(":")[0] for line in scale] == ["bert", "qwen_500m"]
     claims = {c.get_attribute("id"): c.text for c in page.find_elements("css selector", ".claim")}
     assert list(claims) == ["claim-ch2_report_supported", "claim-ch2_report_untestable", "claim-ch2_report_not_run"]
     assert "78.9 / 75.7" in claims["claim-ch2_report_supported"]
+    # the verdict as claims.md/csv/tex say it: its models were pretrained once
+    heading = page.find_element("css selector", "#claim-ch2_report_supported h3").text
+    assert heading == "ch2_report_supported supported, one pretraining run"
+    assert page.find_element("css selector", "#claim-ch2_report_untestable h3").text.endswith(" untestable")
     assert "The reference must beat the weaker model here" in claims["claim-ch2_report_untestable"]
     assert "not run" in claims["claim-ch2_report_not_run"]
     # an interval drawn for the judged claim only; its allowed region (0, inf) open on the right
@@ -237,6 +249,38 @@ def test_claims_are_read_by_name_and_a_missing_column_is_named(project, tmp_path
     frame.drop(columns=["region_high"]).to_csv(tmp_path / "claims.csv", index=False)
     with pytest.raises(DataError, match=r"claims.csv has no column region_high"):
         claims(tmp_path / "claims.csv")
+
+
+def test_claims_say_how_often_their_models_were_pretrained_as_claims_md_does(project, tmp_path):
+    from leanlm.claims.report import verdict_text
+    from leanlm.reporting.report_page import claims
+
+    path = project[0] / "paper_tables" / "smoke" / "claims.csv"
+    frame = pd.read_csv(path)
+    read = {c["id"]: c for c in claims(path)}
+    for claim, rows in frame.groupby("claim"):
+        expected = verdict_text(rows["claim_verdict"].iloc[0], rows["claim_pretraining_runs"].iloc[0])
+        assert read[claim]["verdict_text"] == expected
+        assert f"## {claim}: **{expected}**" in path.with_suffix(".md").read_text()
+    assert read["ch2_report_supported"]["verdict_text"] == "supported, one pretraining run"
+    frame.assign(claim_pretraining_runs=3).to_csv(tmp_path / "claims.csv", index=False)
+    assert claims(tmp_path / "claims.csv")[0]["verdict_text"] == "supported, 3 pretraining runs"
+    frame.drop(columns=["claim_pretraining_runs"]).to_csv(tmp_path / "claims.csv", index=False)  # an older file
+    assert claims(tmp_path / "claims.csv")[0]["verdict_text"] == "supported"
+
+
+def test_the_scale_is_that_of_the_sizes_the_profile_runs():
+    """The scale notes name the model sizes of the runs the profile, as a subset narrows it, runs."""
+    from leanlm.config import load_config
+    from leanlm.reporting.tables_pdf import scale_summary
+    from leanlm.runs import runs
+
+    whole = load_config(REPO / "params" / "signal.yaml")
+    cpu = load_config(REPO / "params" / "signal.yaml", subset="cpu")
+    sizes = [note.split(":")[0] for note in scale_summary(cpu)["notes"]]
+    assert sizes == sorted({run.size for run in runs(cpu)}) and "bert" not in sizes
+    assert [note.split(":")[0] for note in scale_summary(whole)["notes"]] == sorted({r.size for r in runs(whole)})
+    assert len(sizes) < len(scale_summary(whole)["notes"])
 
 
 def test_a_table_caption_is_the_one_its_renderer_gave(project, monkeypatch):

@@ -87,8 +87,9 @@ def test_outputs_follow_the_thesis_with_its_numbers_and_extras_lettered_at_their
 
 
 def test_the_document_numbers_each_output_as_the_thesis_and_marks_every_caption_with_the_scale():
-    config = {"profile": "smoke", "source": "packaged", "models": {"bert": {
-        "n_layers": 2, "d_model": 64, "n_heads": 2, "head_dim": 32}}}
+    from leanlm.config import load_config
+
+    config = load_config(REPO / "params" / "smoke.yaml")
     claims = {"counts": [("supported", 1), ("untestable", 2)],
               "rows": [{"id": "ch2_a", "verdict": "supported"}, {"id": "ch4_b", "verdict": "untestable"}]}
     source = tables_pdf.document_source("smoke", *SMOKE_OUTPUTS, scale=tables_pdf.scale_summary(config),
@@ -101,7 +102,8 @@ def test_the_document_numbers_each_output_as_the_thesis_and_marks_every_caption_
     assert "\\renewcommand{\\thefigure}{4.5}" in source and r"\tableofcontents" in source
     assert r"\tablename~\thetable\ (smoke profile, below the thesis's scale)" in source
     assert "1 supported, 2 untestable." in source and r"ch4\_b & untestable" in source
-    assert "not comparable in magnitude to the thesis" in source  # the title page's note per backbone
+    assert "not comparable in magnitude to the thesis" in source  # the title page's note per model size
+    assert "bert: smoke profile: 2 layers, d=64" in source
 
 
 @needs_pdflatex

@@ -152,12 +152,21 @@ def run_model_config(config: dict, run, settings: dict):
     return ModelConfig.from_dict(fields, where=f"run {run.run_id}")
 
 
+def head_options(run, settings: dict) -> dict:
+    """The keyword arguments of the ``_HEADS`` model the run's pretraining builds, as its objective picks them
+    from the pretraining block (S+R's ``head: official_code``: no dense + GELU + LayerNorm, d^2 + 3d fewer
+    parameters), so that the estimates are of the model the job trains."""
+    from leanlm.plugins import OBJECTIVES
+
+    return OBJECTIVES.get(run.objective)().head_options(settings)
+
+
 def _meta_model(config: dict, run, settings: dict):
     from leanlm.modeling.models import build_model
 
     model_config = run_model_config(config, run, settings)
     with torch.device("meta"):
-        return build_model(model_config, _HEADS[run.objective]), model_config
+        return build_model(model_config, _HEADS[run.objective], **head_options(run, settings)), model_config
 
 
 def pretrained_runs(config: dict) -> list:
@@ -177,7 +186,7 @@ def run_memories(config: dict, both: bool = True) -> list:
     for run in pretrained_runs(config):
         settings = pretrain_settings(config, run)
         out.append(run_memory(run.run_id, _HEADS[run.objective], run_model_config(config, run, settings), settings,
-                              both))
+                              both, head_options=head_options(run, settings)))
     return out
 
 

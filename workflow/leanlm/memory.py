@@ -123,12 +123,14 @@ def shallow_copies(config: ModelConfig) -> list[ModelConfig]:
 
 
 def extrapolate(config: ModelConfig, head: str, batch_size: int, seq_len: int, checkpointing: bool,
-                mask_prob: float = 0.15):
+                mask_prob: float = 0.15, head_options: dict | None = None):
     """The step of the whole model from its shallow copies' steps: (activations, step peak), and the
-    static bytes of the whole model."""
+    static bytes of the whole model. ``head_options``: the ``head`` model's keyword arguments (S+R's
+    ``head_type``), as the run's pretraining builds it."""
     copies = shallow_copies(config)
     kinds = sorted({k for c in copies for k, n in block_counts(c).items() if n} | set(block_counts(config)))
-    measured = [_measured(_key(c), head, batch_size, seq_len, checkpointing, mask_prob) for c in copies]
+    options = json.dumps(head_options or {}, sort_keys=True)
+    measured = [_measured(_key(c), head, batch_size, seq_len, checkpointing, mask_prob, options) for c in copies]
     steps = [step for step, _ in measured]
     rows = np.array([[1.0] + [float(block_counts(c).get(k, 0)) for k in kinds] for c in copies])
     want = np.array([1.0] + [float(block_counts(config).get(k, 0)) for k in kinds])
@@ -156,7 +158,8 @@ def _key(config: ModelConfig) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _measured(config_key: str, head: str, batch_size: int, seq_len: int, checkpointing: bool, mask_prob: float):
+def _measured(config_key: str, head: str, batch_size: int, seq_len: int, checkpointing: bool, mask_prob: float,
+              head_options: str = "{}"):
     """A shallow copy's step, from the disk cache (``<leanlm cache>/memory/``) when this code has measured
     it before: a measurement is a pure function of the model config, the micro-batch, the modelling code
     and torch, whose versions key the cache, so ``leanlm validate`` after ``leanlm budget`` (or a second
@@ -164,6 +167,8 @@ def _measured(config_key: str, head: str, batch_size: int, seq_len: int, checkpo
     from leanlm.memory_probe import StepBytes, measure_step
 
     what = [config_key, head, batch_size, seq_len, checkpointing, mask_prob, code_version()]
+    if head_options != "{}":  # the default head keeps its key (and the measurements already on disk)
+        what.append(head_options)
     path = paths.cache_dir() / "memory" / f"{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]}.json"
     try:
         entry = json.loads(path.read_text(encoding="utf-8"))
@@ -171,7 +176,8 @@ def _measured(config_key: str, head: str, batch_size: int, seq_len: int, checkpo
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         pass  # not measured yet (or an unreadable entry): measure
     config = ModelConfig.from_dict(json.loads(config_key))
-    step, static = measure_step(config, head, batch_size, seq_len, checkpointing=checkpointing, mask_prob=mask_prob)
+    step, static = measure_step(config, head, batch_size, seq_len, checkpointing=checkpointing, mask_prob=mask_prob,
+                                head_options=json.loads(head_options))
     try:
         write_json(path, {"step": dataclasses.asdict(step), "static": static})
     except OSError as exc:  # a read-only cache only costs time
@@ -193,16 +199,17 @@ def code_version() -> str:
 
 
 # ------------------------------------------------------------------------------------ a profile's runs
-def run_memory(run_id: str, head: str, model_config: ModelConfig, settings: dict, both: bool = True) -> RunMemory:
-    """The memory of a run training the ``head`` model of ``model_config`` (vocabulary included) with its
-    pretraining ``settings``; ``both``: with and without checkpointing, else as configured only (the
-    other entry then repeats it)."""
+def run_memory(run_id: str, head: str, model_config: ModelConfig, settings: dict, both: bool = True,
+               head_options: dict | None = None) -> RunMemory:
+    """The memory of a run training the ``head`` model of ``model_config`` (vocabulary included), built with
+    ``head_options`` (:func:`leanlm.budget.head_options`), with its pretraining ``settings``; ``both``: with
+    and without checkpointing, else as configured only (the other entry then repeats it)."""
     on = bool(settings.get("activation_checkpointing", False))
     mask_prob = float(settings.get("mask_prob", 0.15))
     results = {}
     for mode in ((False, True) if both else (on,)):
         results[mode] = extrapolate(model_config, head, settings["batch_size"], settings["seq_len"], mode,
-                                    mask_prob)
+                                    mask_prob, head_options)
     plain, checkpointed = results.get(False, results[on]), results.get(True, results[on])
     static = plain[2]
     return RunMemory(run_id, settings["batch_size"], settings["seq_len"], settings.get("grad_accum", 1), on,

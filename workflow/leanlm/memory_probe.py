@@ -320,9 +320,9 @@ def fake_batch(model: nn.Module, head: str, batch_size: int, seq_len: int, mask_
 
 def measure_step(model_config: ModelConfig, head: str, batch_size: int, seq_len: int, *,
                  checkpointing: bool = False, mask_prob: float = 0.15, fake: bool = True,
-                 exact_loss: bool = False) -> tuple[StepBytes, dict[str, int]]:
-    """One training step of the ``head`` model of ``model_config`` at ``batch_size`` x ``seq_len``:
-    its :class:`StepBytes` and the model's :func:`static_bytes`.
+                 exact_loss: bool = False, head_options: dict | None = None) -> tuple[StepBytes, dict[str, int]]:
+    """One training step of the ``head`` model of ``model_config`` (built with ``head_options``, e.g. S+R's
+    ``head_type``) at ``batch_size`` x ``seq_len``: its :class:`StepBytes` and the model's :func:`static_bytes`.
 
     The loss's chunks run as :class:`_LossChunk`, and a real chunk's excess is added to both peaks
     (an upper bound: it is added to the peak wherever that falls); ``exact_loss`` runs the real chunks
@@ -333,7 +333,7 @@ def measure_step(model_config: ModelConfig, head: str, batch_size: int, seq_len:
     shapes: list[LossShape] = []
     stand_in = contextlib.nullcontext() if exact_loss else loss_stand_in(shapes)
     with (FakeTensorMode() if fake else contextlib.nullcontext()), cuda_kernels(), _gpu_kernel_choices(), stand_in:
-        model = build_model(model_config, head).train()
+        model = build_model(model_config, head, **(head_options or {})).train()
         if checkpointing:
             set_activation_checkpointing(model)
         batch = fake_batch(model, head, batch_size, seq_len, mask_prob)

@@ -12,7 +12,7 @@ what they ask of their inputs, :mod:`leanlm.modeling.hash_features`).
 - :mod:`~leanlm.hashing.inputs`: how a hash run's text becomes model inputs (packing, features), behind
   the hashing input route (:mod:`leanlm.routes.hashing`; which runs take it: :func:`leanlm.runs.uses_codebook`);
 - :mod:`~leanlm.hashing.codebook_streams`: the codebook corpora as memory-mapped row-id streams.
-- :mod:`~leanlm.hashing.official_replacements`: Shuffle+Random's random inputs of the official code's bit
+- :mod:`~leanlm.hashing.official_replacements`: Shuffle+Random's random inputs of the official code's hash
   models (``corruption: official_code``).
 
 Names are imported lazily, so the NumPy-only hashers load without torch (a data-preparation

@@ -37,7 +37,7 @@ import torch
 from leanlm import paths
 from leanlm.errors import ConfigError, DataError
 from leanlm.hashing.codebook import HashCodebook
-from leanlm.hashing.official_replacements import OfficialRandomInputs, official_random_inputs
+from leanlm.hashing.official_replacements import OfficialRandomBuckets, OfficialRandomInputs, official_random_inputs
 from leanlm.hashing.words import SPECIAL_TOKENS, word_tokenize
 from leanlm.modeling.config import ModelConfig
 from leanlm.modeling.hash_features import codebook_settings, embedding_features
@@ -231,13 +231,15 @@ def feature_hook(model_config, tokenizer) -> Features | None:
 class FeatureBatches:
     """An objective's batches with the hash features of their (corrupted) ids added.
 
-    ``random_inputs`` (:func:`leanlm.hashing.official_replacements.official_random_inputs`), for a bit model
+    ``random_inputs`` (:func:`leanlm.hashing.official_replacements.official_random_inputs`), for a HashFormer
     under Shuffle+Random's ``corruption: official_code``: the randomly replaced tokens' inputs then become
-    the official collators' random bits, drawn from the batch's generator after its other draws.
+    the official collators' (random bits; for Emb a uniform id of its vocabulary), drawn from the batch's
+    generator after its other draws.
     Delegates everything else (``batch_size``, the settings) to the wrapped batches.
     """
 
-    def __init__(self, inner, features: Features, random_inputs: OfficialRandomInputs | None = None):
+    def __init__(self, inner, features: Features,
+                 random_inputs: OfficialRandomInputs | OfficialRandomBuckets | None = None):
         self.inner, self.features, self.random_inputs = inner, features, random_inputs
 
     def _add(self, batch: dict) -> dict:

@@ -9,9 +9,10 @@ about ``shuffle_prob`` of the non-special tokens of a row permuted among themsel
 ``random_prob`` replaced by a uniformly drawn non-special token id (a codebook row for HashFormers),
 labels original / shuffled / random, special tokens ignored (DESIGN §8); ``corruption: official_code``
 corrupts as the official HashFormers code's collators do instead
-(:func:`~leanlm.training.shuffle_random.shuffle_random_as_official_code`; for the bit models Add, Proj and
-Pool the random tokens' inputs then become the collators' random bits:
-:mod:`leanlm.hashing.official_replacements`, applied by the hashing route once the features are gathered).
+(:func:`~leanlm.training.shuffle_random.shuffle_random_as_official_code`; for the HashFormers the random
+tokens' inputs then become the collators' random inputs, bits for Add, Proj and Pool, a uniform id of the
+official Emb's vocabulary for Emb: :mod:`leanlm.hashing.official_replacements`, applied by the hashing route
+once the features are gathered).
 ``head`` picks the model's head (``bert``, the default, or the official code's ``official_code``:
 :mod:`leanlm.modeling.shuffle_random`). Table 2.4's settings are the profile's ``pretrain.shuffle_random``
 block.

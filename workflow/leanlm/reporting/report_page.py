@@ -111,7 +111,11 @@ def _quotes() -> dict[str, str]:
 
 def claims(path: Path) -> list[dict]:
     """claims.csv (leanlm.claims.report) as claims with their parts, in the file's order. Columns are read
-    by name; others (e.g. ``preconditions``) are shown where present."""
+    by name; others (e.g. ``preconditions``) are shown where present. Each claim's ``verdict_text`` is the
+    verdict as claims.md/csv/tex say it ("supported, one pretraining run": :func:`verdict_text`), from
+    ``claim_pretraining_runs`` where the file has it."""
+    from leanlm.claims.report import verdict_text
+
     frame = pd.read_csv(path)
     missing = [c for c in CLAIM_COLUMNS if c not in frame.columns]
     if missing:
@@ -121,6 +125,8 @@ def claims(path: Path) -> list[dict]:
     for row in frame.to_dict("records"):
         claim = out.setdefault(row["claim"], {"id": row["claim"], "chapter": row["chapter"], "where": row["where"],
                                               "verdict": row["claim_verdict"], "quote": quotes.get(row["claim"]),
+                                              "verdict_text": verdict_text(row["claim_verdict"],
+                                                                           row.get("claim_pretraining_runs")),
                                               "parts": []})
         estimate, low, high = (_number(row[k]) for k in ("estimate", "low", "high"))
         region = tuple(float(row[k]) for k in ("region_low", "region_high"))

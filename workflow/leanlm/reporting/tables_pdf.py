@@ -52,11 +52,14 @@ def document_source(profile: str, tables: list[str], figures: list[str], *, scal
 
 
 def scale_summary(config: dict) -> dict:
-    """What scale a profile's numbers come from: ``short`` for every caption, ``notes`` (one per backbone the
-    profile trains) for the title page."""
+    """What scale a profile's numbers come from: ``short`` for every caption, ``notes`` (one per model size
+    of the runs the profile runs, as a subset narrows it: not every size its ``models`` defines) for the
+    title page and report.html."""
     from leanlm.reporting.render import scale_note
+    from leanlm.runs import runs
 
-    notes = [f"{backbone}: {scale_note(config, backbone)}" for backbone in sorted(config.get("models", {}))]
+    sizes = sorted({run.size for run in runs(config)})
+    notes = [f"{size}: {scale_note(config, size)}" for size in sizes]
     below = any("not comparable" in note for note in notes)
     short = f"{config['profile']} profile" + (", below the thesis's scale" if below else "")
     return {"short": short, "notes": notes}

@@ -85,6 +85,11 @@ class PretrainObjective(abc.ABC):
     def run(self, config: dict, run) -> dict:
         """Make run ``run``'s model and return its pretrain.json record."""
 
+    def head_options(self, settings: dict) -> dict:
+        """Keyword arguments of the ``head`` model that the pretraining block picks (none by default): what
+        the job builds, and so what the budget and memory estimates build (leanlm.budget.head_options)."""
+        return {}
+
 
 class PackedTextObjective(PretrainObjective):
     """An objective over the packed pretraining corpus (MLM, causal LM, Shuffle+Random): the packing and
@@ -95,10 +100,6 @@ class PackedTextObjective(PretrainObjective):
     @abc.abstractmethod
     def batches(self, settings: dict, tokenizer, sequences, seed: int) -> PackedBatches:
         """The engine's ``batch_at(step, micro)`` over the packed rows ``sequences``."""
-
-    def head_options(self, settings: dict) -> dict:
-        """Keyword arguments of the ``head`` model that the pretraining block picks (none by default)."""
-        return {}
 
     def run(self, config: dict, run) -> dict:
         return pretrain_packed(config, run, self)

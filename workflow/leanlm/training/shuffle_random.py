@@ -109,8 +109,9 @@ def shuffle_random_as_official_code(
       vocabulary (special ids included) with probability ``random_prob`` (label 2, likewise);
     - labels 0 elsewhere, -100 at special positions.
 
-    This is the collator of the models that read ids (the code's Emb); for the bit models the hashing route
-    then replaces the random tokens' inputs (:mod:`leanlm.hashing.official_replacements`).
+    This is the official code's plain collator, for the models that read ids; for the HashFormers (the bit
+    models, and Emb, whose ids are buckets + 5 in the code) the hashing route then replaces the random tokens'
+    inputs (:mod:`leanlm.hashing.official_replacements`).
     """
     if input_ids.dim() != 2 or input_ids.shape != special_mask.shape:
         raise DataError(f"shuffle_random: input_ids {tuple(input_ids.shape)} and special_mask "

@@ -8,7 +8,8 @@ profile's ``finetune.glue`` block and the variant its experiment names laid over
 
 Besides the tidy table, ch. 2 reads each run's records (results/<profile>/runs/<run_id>/):
 
-- ``pretrain.json``: ``timing.seconds_per_sample`` (Table 2.3's PT time), ``hardware``, ``model``;
+- ``pretrain.json``: ``hardware``, ``model`` (Tables 2.3 and side-by-side time pretraining from the speed
+  record instead, :mod:`leanlm.reporting.pretraining_speed`);
 - ``glue.json``: ``timing.inference_seconds_per_sample`` (one number, or one per task), ``hardware``,
   ``model`` (the pretrained model's config: Table 2.2's counts are made from it).
 
@@ -231,21 +232,6 @@ def _get(record: dict, dotted: str) -> Any:
 def is_pretrained(run: Run) -> bool:
     """Whether the pipeline pretrains ``run`` (ProFormer: objective none; CANINE-C: the hub's checkpoint)."""
     return run.objective not in NOT_PRETRAINED_OBJECTIVES and run.name not in NOT_PRETRAINED
-
-
-def pretrain_ms_per_sample(profile: str, run: Run) -> float:
-    """Table 2.3's PT time (ms/sample) from pretrain.json; NaN for runs the pipeline does not pretrain,
-    and where the record says it could not measure (``null``: fewer than two steps in the session)."""
-    record = read_record(profile, run.run_id, "pretrain", required=is_pretrained(run))
-    if record is None or not is_pretrained(run):
-        return math.nan
-    timing = record.get("timing") or {}
-    if "seconds_per_sample" not in timing:
-        raise LeanLMError(f"{record_path(profile, run.run_id, 'pretrain')} has no timing.seconds_per_sample "
-                          f"(Table 2.3's pretraining time); it is from an older version: rerun "
-                          f"`leanlm pretrain --run {run.run_id}`")
-    value = timing["seconds_per_sample"]
-    return math.nan if value is None else 1000.0 * float(value)
 
 
 def inference_ms_per_sample(profile: str, run: Run) -> dict[str, float]:

@@ -4,12 +4,12 @@ same backbone (HashFormers, NeuML BERT-Hash, EELBERT-style dynamic embeddings, C
 embedding parameters, speed and GLUE score.
 
 Times are what the pipeline measured on the machine that ran it; the caption names that hardware from
-the records, since a time means nothing without it. Table 2.3's PT columns come from the pretraining
+the records, since a time means nothing without it. Both tables' PT columns come from the pretraining
 speed record (rule ``pretraining_speed``, :mod:`leanlm.reporting.pretraining_speed`: every model at one
 batch, per sample, interleaved rounds, the median over rounds), the same measurement the speed claims
-read; the side-by-side table's PT column is still the training clock (pretrain.json's
-``timing.seconds_per_sample``). Inference is glue.json's ``timing.inference_seconds_per_sample``, one
-number or one per task. Speed-up (Eq. 2.8) is Time_BERT-MLM / Time_model; with per-task inference times
+read, never the training clock (pretrain.json's ``timing.seconds_per_sample``: other batches, shared
+machines); a run the record does not time has an empty PT cell whose note says why. Inference is
+glue.json's ``timing.inference_seconds_per_sample``, one number or one per task. Speed-up (Eq. 2.8) is Time_BERT-MLM / Time_model; with per-task inference times
 it is taken per task and shown as the range over tasks, as the thesis prints "1.0x~2.4x".
 """
 
@@ -34,13 +34,14 @@ from leanlm.reporting.ch2.results import (
     inference_ms_per_sample,
     model_dict,
     model_of,
-    pretrain_ms_per_sample,
+    is_pretrained,
     require_named,
     run_counts,
     select_runs,
 )
 from leanlm.reporting.grid import Column, Notes, grid_context, grid_row
 from leanlm.reporting.latex import Cell
+from leanlm.reporting.pretraining_speed import EXPERIMENT as TIMED_EXPERIMENT
 from leanlm.reporting.pretraining_speed import median_ms, protocol_text, read_speed
 from leanlm.reporting.render import Table, column_cells, fmt_mean_std, fmt_number, scale_note
 from leanlm.reporting.ch2.tables import absent_note, is_missing, printed_values, seeds_text, with_headings
@@ -74,33 +75,34 @@ def inference_summary(base: dict[str, float], model: dict[str, float]) -> dict[s
             "infer_speedup_min": ups.min(), "infer_speedup_max": ups.max(), "infer_speedup_mean": ups.mean()}
 
 
-def speed_rows(profile: str, runs: Sequence[Run], baseline: Run, absent: dict,
-               speed: dict | None = None) -> pd.DataFrame:
+def speed_rows(profile: str, runs: Sequence[Run], baseline: Run, absent: dict, speed: dict) -> pd.DataFrame:
     """Per run: pt_ms, pt_speedup, the inference summary, and the hardware of both records. PT from the
-    pretraining speed record ``speed`` where given (NaN for runs it did not time: not pretrained), else
-    from each run's pretrain.json."""
-    def pt_of(run: Run) -> float:
-        return median_ms(speed, run.run_id) if speed is not None else pretrain_ms_per_sample(profile, run)
-
-    def pt_hardware(run: Run) -> str | None:
-        return speed.get("device") if speed is not None else hardware_of(profile, run, "pretrain")
-
-    base_pt = pt_of(baseline)
+    pretraining speed record ``speed`` (NaN for runs it did not time: :func:`untimed_reason`)."""
+    base_pt = median_ms(speed, baseline.run_id)
     base_infer = inference_ms_per_sample(profile, baseline)
     rows = []
     for run in runs:
         if run.run_id in absent:
             rows.append({"run_id": run.run_id})
             continue
-        pt = pt_of(run)
+        pt = median_ms(speed, run.run_id)
         rows.append({"run_id": run.run_id, "pt_ms": pt, "pt_speedup": base_pt / pt if pt == pt else NAN,
                      **inference_summary(base_infer, inference_ms_per_sample(profile, run)),
-                     "hardware_pretrain": pt_hardware(run) if pt == pt else None,
+                     "hardware_pretrain": speed.get("device") if pt == pt else None,
                      "hardware_inference": hardware_of(profile, run, "glue")})
     columns = ["run_id", "pt_ms", "pt_speedup", "infer_ms_min", "infer_ms_max", "infer_ms_mean",
                "infer_speedup_min", "infer_speedup_max", "infer_speedup_mean", "hardware_pretrain",
                "hardware_inference"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def untimed_reason(run: Run) -> str:
+    """Why the speed record has no time for ``run`` (a present run): not pretrained, or not one it times."""
+    if not is_pretrained(run):
+        return "Not pretrained by the pipeline, so no pretraining time."
+    return (f"Not timed by the pretraining speed record, which times {TIMED_EXPERIMENT}'s pretrained runs "
+            f"(rule pretraining_speed); the training clock is not used in its place, since it compares batch "
+            f"sizes and machine loads as well as models.")
 
 
 def hardware_sentence(speed: pd.DataFrame) -> str:
@@ -220,7 +222,8 @@ def table_2_side_by_side(profile: str, config: dict, tidy: pd.DataFrame) -> Tabl
         raise LeanLMError(f"{table}: its baseline {baseline.run_id} is listed in absent_runs")
     present = [r for r in runs if r.run_id not in absent]
     scores = glue_scores(tidy, profile, config, table, present).avg.reindex([r.run_id for r in runs])
-    speed = speed_rows(profile, runs, baseline, absent)
+    record = read_speed(config)  # Table 2.3's measurement (not the training clock)
+    speed = speed_rows(profile, runs, baseline, absent, speed=record)
     counts = [run_counts(profile, r) if r.run_id not in absent else (NAN, NAN, None) for r in runs]
     ref = runs.index(baseline)
     mean, std = scores["mean"].to_numpy(), scores["std"].to_numpy()
@@ -284,8 +287,8 @@ def table_2_side_by_side(profile: str, config: dict, tidy: pd.DataFrame) -> Tabl
     except LeanLMError:
         card = None
     notes = Notes()
-    entries = []
-    for i, run in enumerate(runs):
+    labels = []
+    for run in runs:
         note = None
         if run.run_id in absent:
             note = absent_note(profile, absent[run.run_id])
@@ -300,7 +303,13 @@ def table_2_side_by_side(profile: str, config: dict, tidy: pd.DataFrame) -> Tabl
             note = card_notes(card, run)
             if run.name == "eelbert":
                 note = "EELBERT-style dynamic embedding: no learned embedding parameters; its source prints no scores."
-        label = notes.marked(Cell(model_of(run).label), note)
+        labels.append(notes.marked(Cell(model_of(run).label), note))
+    pt_cells = ours[2]  # marked after the labels, so that the labels' marks come first
+    for i, run in enumerate(runs):
+        if run.run_id not in absent and is_missing(speed["pt_ms"][i]):
+            pt_cells[i] = notes.marked(pt_cells[i], untimed_reason(run))
+    entries = []
+    for i, (run, label) in enumerate(zip(runs, labels)):
         has_thesis = any(not is_missing(printed[k][i]) for k in ("emb", "pt", "prr")) or \
             not is_missing(printed["glue"][i][0])
         entries.append((model_of(run).group, grid_row(label, [c[i] for c in ours],
@@ -313,7 +322,9 @@ def table_2_side_by_side(profile: str, config: dict, tidy: pd.DataFrame) -> Tabl
         "EELBERT-style dynamic embeddings and CANINE-C, each with Appendix 2.8's embedding and total parameters "
         "(binary classification head), time per sample, inference speed-up against BERT-MLM (mean over tasks), "
         f"GLUE average ({seeds_text(config)}) and its retention (PRR, %) against BERT-MLM. Thesis rows from "
-        f"Tables 2.1-2.3 where it has the model. {hardware_sentence(speed)} {scale_note(config, 'bert')}. "
+        f"Tables 2.1-2.3 where it has the model. {hardware_sentence(speed)} Pretraining time as Table 2.3 "
+        f"measures it (the pretraining speed record, not the training clock). {protocol_text(record)}; inference "
+        f"is the mean over the GLUE tasks. {scale_note(config, 'bert')}. "
         "Bold: best per column, the baseline left out of the ratios and counts."
     )
     context = grid_context(caption=caption, columns=columns, rows=with_headings(entries, len(columns)), notes=notes,
