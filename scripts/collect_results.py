@@ -4,7 +4,7 @@
         --command "snakemake --cores 2 --configfile params/signal.yaml --config subset=cpu" \
         --commit 8188237 --wall-seconds 4321 --load-log /path/to/load.log
 
-What it copies (from paper_tables/<profile>/ and benchmarks/<profile>/): claims.{md,csv,tex}, every
+What it copies (from paper_tables/<profile>/ and benchmarks/<profile>/): claims.{md,csv,tex}, tables.pdf, every
 figure_*.{png,pdf,csv} and table_*.csv the run rendered, and the benchmarks' summary.md. It writes RUN.json
 (command, commit, machine, wall time, start/end, the machine's load while it ran when a log of
 `/proc/loadavg` samples is given, and any `--note`) so a reader can tell exactly what produced the numbers. Nothing here
@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.dest.mkdir(parents=True, exist_ok=True)
     copied = []
-    for path in claims + sorted(tables.glob("figure_*")) + sorted(tables.glob("table_*.csv")):
+    pdf = [tables / "tables.pdf"] if (tables / "tables.pdf").is_file() else []
+    for path in claims + pdf + sorted(tables.glob("figure_*")) + sorted(tables.glob("table_*.csv")):
         shutil.copy2(path, args.dest / path.name)
         copied.append(path.name)
     summary = args.source / "benchmarks" / args.profile / "summary.md"

@@ -21,7 +21,8 @@ def test_copies_the_report_and_records_the_run(tmp_path):
     source, dest = tmp_path / "run", tmp_path / "docs" / "results" / "x"
     tables = source / "paper_tables" / "signal"
     tables.mkdir(parents=True)
-    for name in ("claims.md", "claims.csv", "claims.tex", "figure_4_1.png", "table_3_2.csv", "table_3_2.tex"):
+    for name in ("claims.md", "claims.csv", "claims.tex", "figure_4_1.png", "table_3_2.csv", "table_3_2.tex",
+                 "tables.pdf"):
         (tables / name).write_text(name)
     (source / "benchmarks" / "signal").mkdir(parents=True)
     (source / "benchmarks" / "signal" / "summary.md").write_text("# Benchmarks")
@@ -36,6 +37,7 @@ def test_copies_the_report_and_records_the_run(tmp_path):
     assert run["notes"] == ["first note", "second note"]
     assert run["load_while_running"] == {"samples": 2, "mean_1min": 3.0, "max_1min": 4.0}
     assert sorted(run["files"]) == sorted(p.name for p in dest.iterdir() if p.name != "RUN.json")
+    assert "tables.pdf" in run["files"]  # every table and figure in one file, as the README links it
     assert "table_3_2.tex" not in run["files"] and (dest / "benchmarks_summary.md").read_text() == "# Benchmarks"
 
 
