@@ -109,3 +109,35 @@ def test_results_say_which_tasks_keep_labels_and_read_attention_parameters(scrat
     with pytest.raises(Missing, match="no results of ch3_encoder-mha on glue"):
         reader.keeps_labels("ch3_encoder-mha", "glue", "boolq", "primary")
     assert reader.attention_parameters("ch3_encoder-mha", "superglue") == 1234
+
+
+class _Reader:
+    """Results.keeps_labels as a table: True/False per task, or Missing for a task whose results are absent."""
+
+    def __init__(self, labels):
+        self.labels = labels
+
+    def keeps_labels(self, run_id, family, task, metric):
+        from leanlm.claims.results import Missing
+
+        if self.labels[task] is None:
+            raise Missing(f"no {task} results")
+        return self.labels[task]
+
+
+@pytest.mark.parametrize("labels, expected", [
+    ({"boolq": True, "cb": True, "multirc": False}, ["boolq", "cb"]),   # MultiRC keeps no labels: left out
+    ({"boolq": True, "cb": True, "multirc": True}, None),               # every task keeps them: unchanged
+    ({"boolq": False, "cb": False, "multirc": False}, None),            # none: unchanged (the check says why)
+    ({"boolq": True, "cb": None, "multirc": False}, None),              # results absent: unchanged, so "not run"
+])
+def test_a_precondition_reading_labels_is_judged_on_the_tasks_that_keep_them(labels, expected):
+    from leanlm.claims.spec import load_claims
+    from leanlm.claims.verdicts import _labelled_tasks
+
+    claim = next(c for c in load_claims() if c.id == "ch3_mha_best_absolute")
+    part = next(p for p in claim.parts if p.family == "superglue")
+    config = {"finetune": {"superglue": {"tasks": list(labels)}}}
+    for cond in part.conditions:  # the Majority comparison and "predictions vary" read labels alike
+        assert _labelled_tasks(cond, cond.part, config, None, _Reader(labels)) == expected
+        assert _labelled_tasks(cond, cond.part, config, list(labels), _Reader(labels)) == (expected or list(labels))

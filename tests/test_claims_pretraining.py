@@ -171,7 +171,7 @@ def test_the_claims_read_every_pretraining_replica_of_their_runs(scratch_root):
     assert missing.verdict == "not run" and "ch2_hashformers-md5_add@p1" in missing.parts[0].reason
     md = markdown("smoke", results)
     assert "## ch2_replicated: **supported, 3 pretraining runs**" in md
-    assert "Every judged claim's models were pretrained several times" in md
+    assert "Every judged claim on scores rests on models pretrained several times" in md
     frame = to_frame(results).set_index("claim")
     assert frame.loc["ch2_replicated", "pretraining_runs"] == 3 == frame.loc["ch2_replicated", "claim_pretraining_runs"]
 

@@ -90,9 +90,11 @@ def test_the_rounds_interval_is_a_ratio_interval():
 
 
 def test_rounds_of_different_lengths_are_refused():
+    """The part cannot pair its rounds: Missing (the part is "not run", the rest of the stage goes on)."""
+    from leanlm.claims.results import Missing
     from leanlm.claims.speed import rounds_interval
 
-    with pytest.raises(ValueError, match="rounds"):
+    with pytest.raises(Missing, match=r"different numbers of rounds \(a 3, b 2\); rerun the rule pretraining_speed"):
         rounds_interval({"a": _timing([1.0, 2.0, 3.0]), "b": _timing([1.0, 2.0])}, _ratio, 0.95)
 
 
@@ -126,6 +128,9 @@ def test_widening_never_narrows_the_hierarchical_interval():
     assert (low, high) == (0.6, 1.5)
     wider = widened(1.0, 0.6, 1.5, total=1.0, pretraining=1.0, examples=0.0, runs=3, level=0.95)
     assert wider[0] < 0.6 and wider[1] > 1.5
+    # a skewed effect's estimate below its percentile interval: scaling the distance would pull low up
+    skewed = widened(1.0, 1.1, 2.0, total=1.0, pretraining=4.0, examples=0.0, runs=3, level=0.95)
+    assert skewed[0] == 1.1 and skewed[1] > 2.0
 
 
 def _replicated(per_replica):
@@ -165,8 +170,8 @@ def test_the_hierarchical_interval_covers_at_a_bonferroni_level():
 
 # --- the words on a verdict -------------------------------------------------------------------------------
 
-def _part(verdict, basis=None, reason="", family="lm"):
-    iv = None if basis is None else Interval(1.0, 0.5, 1.5, 0.95, 100, basis)
+def _part(verdict, basis=None, reason="", family="lm", runs=1):
+    iv = None if basis is None else Interval(1.0, 0.5, 1.5, 0.95, 100, basis, pretraining_runs=runs)
     return SimpleNamespace(verdict=verdict, interval=iv, reason=reason, part=SimpleNamespace(family=family))
 
 
@@ -207,7 +212,9 @@ def test_a_report_of_timing_claims_only_says_what_their_intervals_resample():
 
     timing = SimpleNamespace(verdict=SUPPORTED, parts=[_part(SUPPORTED, "rounds", family="pretrain")])
     text = uncovered_sentence([timing])
-    assert "No claim was judged" not in text and "timing rounds" in text
+    assert "No claim was judged" not in text and "timing rounds" in text and text.startswith("Only timing claims")
+    both = uncovered_sentence([timing, SimpleNamespace(verdict=SUPPORTED, parts=[_part(SUPPORTED, "pretraining+examples", runs=3)])])
+    assert "Every judged claim on scores" in both and "Timing claims resample" in both
     assert uncovered_sentence([SimpleNamespace(verdict=UNTESTABLE, parts=[_part(UNTESTABLE)])]).startswith(
         "No claim was judged")
 

@@ -9,6 +9,7 @@ code (density near 0.5, a codeword of the vocabulary) fails, and check the thesi
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -196,3 +197,26 @@ def test_thesis_corruption_and_mlm_batches_are_unchanged(embedding):
     mlm = MLMBatches(ids, list(range(book.n_special)), 4, len(book), 16, 1, 0.15, seed=0)
     assert with_features(mlm, model_config(embedding), CodebookTokenizer(book)).random_inputs is None
     assert (inner.masked(ids, torch.Generator().manual_seed(1))["labels"] != IGNORE_INDEX).any()
+
+
+def test_emb_replacements_draw_special_ids_and_buckets_uniformly():
+    """Drawn directly, many times: a replaced token is one of the 5 special ids with probability 5 / (5 + N),
+    each special id and each bucket equally often (a draw that never picked a special id, which a KS test over
+    a large vocabulary cannot see, fails here), and a bucket draw keeps the token itself in input_ids."""
+    from scipy import stats as sps
+
+    from leanlm.hashing.official_replacements import OfficialRandomBuckets
+    from leanlm.training.shuffle_random import RANDOM
+
+    n_special, n_buckets, n = 5, 45, 40_000
+    rows = torch.full((1, n), 7)
+    batch = {"input_ids": rows.clone(), "hash_buckets": torch.zeros(1, n, dtype=torch.long),
+             "labels": torch.full((1, n), RANDOM)}
+    OfficialRandomBuckets(n_special, n_buckets)(rows, batch, torch.Generator().manual_seed(0))
+    ids, buckets = batch["input_ids"][0], batch["hash_buckets"][0]
+    special = ids < n_special
+    share = float(special.float().mean())
+    assert abs(share - n_special / (n_special + n_buckets)) < 5 * np.sqrt(0.1 * 0.9 / n), share
+    assert sps.chisquare(np.bincount(ids[special].numpy(), minlength=n_special)).pvalue > 1e-3
+    assert sps.chisquare(np.bincount(buckets[~special].numpy(), minlength=n_buckets)).pvalue > 1e-3
+    assert bool((ids[~special] == 7).all()) and bool((buckets[special] == 0).all())

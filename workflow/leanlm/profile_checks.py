@@ -1,7 +1,6 @@
 """The checks of a loaded profile that reach beyond its own files: the experiment matrix resolved into runs
 against the model library (attention and layout names, model configs, positions), the task table, the
 tokenizers and named pretraining data a run may read, and the variants laid over the families' blocks.
-
 :func:`leanlm.config.load_config` calls :func:`check_combinations` after schema validation, so a bad profile
 stops before any job runs, with the file, the key and what to do. Kept apart from the loader so that
 reading a params file needs nothing of the model library, and each check names the layer it asks.
@@ -14,9 +13,7 @@ from pathlib import Path
 import jsonschema
 
 from leanlm import paths
-from leanlm.schemas import describe as _describe
-from leanlm.schemas import read_params_yaml as _read_yaml
-from leanlm.schemas import schema as _schema
+from leanlm.schemas import describe as _describe, read_params_yaml as _read_yaml, schema as _schema
 from leanlm.errors import ConfigError
 from leanlm.plugins import OBJECTIVES
 from leanlm.runs import (BLOCKLESS_OBJECTIVES, DEFAULT_ATTENTION, PRETRAIN_SEED, UNSEEDED_OBJECTIVES, Run,

@@ -77,7 +77,9 @@ def widened(estimate: float, low: float, high: float, total: float, pretraining:
     if not total > 0 or not np.isfinite(wanted):
         return low, high
     widen = max(1.0, float(np.sqrt(wanted / total)))
-    return estimate - widen * (estimate - low), estimate + widen * (high - estimate)
+    # each end only ever moves outwards: with an estimate outside (low, high) (a skewed effect), scaling its
+    # distance from the estimate would pull that end in
+    return min(low, estimate - widen * (estimate - low)), max(high, estimate + widen * (high - estimate))
 
 
 def replica_t_bounds(per_replica: np.ndarray, estimate: float, level: float) -> tuple[float, float]:

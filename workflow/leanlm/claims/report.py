@@ -65,25 +65,26 @@ def uncovered_sentence(results: list[ClaimResult]) -> str:
     judged = [cr for cr in results if cr.verdict in JUDGED]
     scored = [cr for cr in judged if claim_pretraining_runs(cr) is not None]
     once = sum(1 for cr in scored if claim_pretraining_runs(cr) == 1)
+    timing = (" Timing claims resample the timing rounds: a step's time does not depend on the pretraining seed."
+              if len(scored) < len(judged) else "")
     if not judged:
         return "No claim was judged at this profile, so no interval is reported."
     if not scored:
-        return ("Only timing claims were judged at this profile: their intervals resample the timing rounds, and a "
-                "step's time does not depend on the pretraining seed.")
+        return "Only timing claims were judged at this profile." + timing
     if not once:
-        return ("Every judged claim's models were pretrained several times: its interval resamples the pretraining "
-                "seeds too (hierarchical bootstrap).")
+        return ("Every judged claim on scores rests on models pretrained several times: its interval resamples the "
+                "pretraining seeds too (hierarchical bootstrap)." + timing)
     return (f"{once} judged claim(s) rest on models pretrained once (\"one pretraining run\"): their intervals cover "
             "evaluation examples and fine-tuning seeds, not pretraining variance, which can be larger (a model "
             "pretrained again with another seed may differ by more than the interval's width); the profile key "
-            "pretrain_seeds pretrains them several times.")
+            "pretrain_seeds pretrains them several times." + timing)
 
 
 def count_line(profile: str, c: dict[str, int]) -> str:
     """The one-line count of the claims' verdicts, saying what "inconclusive" and "untestable" mean."""
     return (f"claims at profile {profile}: {c[SUPPORTED]} supported, {c[CONTRADICTED]} contradicted, "
             f"{c[INCONCLUSIVE]} inconclusive (95% interval too wide at this scale), {c[UNTESTABLE]} untestable "
-            f"(a precondition fails at this scale, e.g. the models are at chance), {c[NOT_RUN]} not run")
+            f"(a precondition does not hold at this scale, e.g. the models are at chance), {c[NOT_RUN]} not run")
 
 
 def _num(x, digits: int = 3) -> str:
@@ -147,7 +148,8 @@ def summary_lines(profile: str, results: list[ClaimResult]) -> list[str]:
 def markdown(profile: str, results: list[ClaimResult]) -> str:
     out = [f"# The thesis's claims at profile `{profile}`", "",
            "A part is supported or contradicted only when its interval (paired bootstrap over evaluation "
-           "examples and seeds; a paired t interval over seeds where no per-example data was kept) lies wholly "
+           "examples and seeds; a paired t interval over seeds where no per-example data was kept; for a timing "
+           "part, a paired t interval over the timing rounds' log-ratios) lies wholly "
            "inside or wholly outside the effects the claim allows; otherwise it is inconclusive at this scale "
            "(DESIGN.md §8). The intervals of a claim's k parts are simultaneous 95% intervals (each at level "
            "1 - 0.05/k, Bonferroni), so that a claim that holds is contradicted by one of its parts no more "
@@ -293,9 +295,10 @@ def _deciding_part(parts: pd.DataFrame, verdict: str) -> str:
 
 def scale_sentence(config: dict, counts_: dict[str, int]) -> str:
     """What a profile's verdicts can say: below the thesis's scale, a finding about its small models."""
-    from leanlm.reporting.render import scale_note
+    from leanlm.reporting.tables_pdf import scale_summary
 
-    below = any("not comparable" in scale_note(config, b) for b in config.get("models", {}))
+    # the sizes of the runs the profile runs (as a subset narrows it), as the title page and report.html say
+    below = scale_summary(config)["short"].endswith("below the thesis's scale")
     judged = counts_[SUPPORTED] + counts_[CONTRADICTED]
     if below:
         return (f"profile {config['profile']} runs below the thesis's scale: its {judged} supported or contradicted "

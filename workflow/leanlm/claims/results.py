@@ -267,14 +267,12 @@ class Results:
 
     def keeps_labels(self, run_id: str, family: str, task: str, metric: str) -> bool:
         """Whether the run's ``task`` results keep per-example predictions and references of ``metric`` (what a
-        Majority row and "its predictions vary" are computed from): MultiRC's grouped metrics keep none. A run
-        without ``task`` results raises Missing."""
+        Majority row and "its predictions vary" are computed from): MultiRC's grouped metrics keep none. Results
+        that are absent or fail their checks (a missing replica, a record changed after its job) raise Missing:
+        only a record that is there and holds no labels answers False."""
         results = self.task_results(run_id, family, task)
-        try:
-            self._references(run_id, family, task, resolve_metric(results, metric, task))
-        except Missing:
-            return False
-        return True
+        measurement, _ = self.measurement(run_id, family, task, resolve_metric(results, metric, task))
+        return any(s.examples is not None and "reference" in s.examples for s in measurement.seeds)
 
     def majority_value(self, run_id: str, family: str, task: str, metric: str) -> float:
         """The Majority row of a fine-tuning task (GLUE): always answering the dev set's most frequent label

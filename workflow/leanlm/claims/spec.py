@@ -153,7 +153,7 @@ def _part(claim: dict, raw: dict, thesis, where: str) -> Part:
                 margin=margin, thesis=tuple(thesis) if thesis is not None else None)
 
 
-EXPERIMENT = "{experiment}-"  # in a precondition's run ids: the guarded part's experiment (side A's first run's)
+EXPERIMENT = "{experiment}-"  # in a precondition's run ids: the guarded part's experiment (its first run's: A's, else B's)
 EXPERIMENT_B = "{experiment_b}-"  # side B's first run's: a part comparing two experiments (sizes) guards both
 PART_MARGIN = "{margin}"  # a precondition's margin: the guarded part's own (none: 0)
 
