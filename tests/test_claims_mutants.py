@@ -141,3 +141,73 @@ def test_a_precondition_reading_labels_is_judged_on_the_tasks_that_keep_them(lab
     for cond in part.conditions:  # the Majority comparison and "predictions vary" read labels alike
         assert _labelled_tasks(cond, cond.part, config, None, _Reader(labels)) == expected
         assert _labelled_tasks(cond, cond.part, config, list(labels), _Reader(labels)) == (expected or list(labels))
+
+
+def _timed(times) -> Measurement:
+    times = np.asarray(times, dtype=float)
+    return Measurement((SeedScores(seed=0, value=float(np.median(times)), statistic="median",
+                                   examples={"score": times}, eval_set="speed-rounds/speed.json"),))
+
+
+@pytest.mark.parametrize("a, b, ratio, defined", [
+    ([10.0, 11.0], [5.0, 6.0], True, True),                     # two rounds: the fewest an interval needs
+    ([10.0], [5.0], True, False),                               # one round: no spread to measure
+    ([10.0, 11.0, 9.0], [12.0, 13.0, 11.5], True, True),        # a speed-up below 1 (A slower) is still one
+    ([10.0, 11.0, 9.0], [0.0, 13.0, 11.5], True, False),        # a zero ratio has no logarithm
+    ([10.0, 0.0, 9.0], [12.0, 13.0, 11.5], False, False),       # a difference that is not finite (here inf)
+    ([10.0, 11.0, 9.0], [12.0, -13.0, 11.5], False, True),      # a difference may be negative
+])
+def test_the_rounds_interval_is_undefined_exactly_where_it_cannot_be_computed(a, b, ratio, defined):
+    from leanlm.claims.speed import rounds_interval
+
+    def effect(d):
+        with np.errstate(divide="ignore"):
+            return d["b"] / d["a"] if ratio else d["b"] - 1 / d["a"]  # a difference; 1/0 is not finite
+
+    iv = rounds_interval({"a": _timed(a), "b": _timed(b)}, effect, 0.9, ratio=ratio)
+    assert iv.extra == {"rounds": len(a)} and iv.level == 0.9 and iv.draws == 0
+    if defined:
+        assert iv.basis == "rounds" and np.isfinite([iv.estimate, iv.low, iv.high]).all() and iv.low < iv.high
+    else:
+        assert iv.basis == "undefined" and np.isnan([iv.estimate, iv.low, iv.high]).all()
+
+
+def test_a_speed_measurement_is_the_records_rounds(scratch_root):
+    """pretraining_speed: the run's rounds as float per-example data of seed 0 under one evaluation set shared
+    by every timed run, its value the median; Missing (the part is "not run") without a record, or for a run
+    the record did not time."""
+    from claims_world import World
+
+    from leanlm.claims.results import Missing
+    from leanlm.claims.speed import pretraining_speed
+    from leanlm.config import load_config
+    from leanlm.reporting.pretraining_speed import speed_path
+
+    config = load_config(scratch_root / "params" / "smoke.yaml")
+    with pytest.raises(Missing, match=r"no pretraining speed record \(.*speed.*; rule pretraining_speed\)"):
+        pretraining_speed(config, "ch2_hashformers-bert_sr")
+    World(scratch_root, config).speed({"ch2_hashformers-bert_sr": 11.6, "ch2_hashformers-bert_mlm": 24.9})
+    m = pretraining_speed(config, "ch2_hashformers-bert_sr")
+    (seed,) = m.seeds
+    assert seed.seed == 0 and seed.statistic == "median" and seed.value == pytest.approx(11.6)
+    assert seed.eval_set == f"speed-rounds/{speed_path('smoke').name}"
+    assert seed.examples["score"].dtype == np.float64 and len(seed.examples["score"]) > 1
+    with pytest.raises(Missing, match=r"did not time ch2_hashformers-md5_add$"):
+        pretraining_speed(config, "ch2_hashformers-md5_add")
+
+
+def test_a_replica_t_interval_keeps_its_level_and_draws():
+    def replicated(rows):
+        seeds = [tuple(SeedScores(s, v) for s, v in enumerate(r)) for r in rows]
+        return Measurement(seeds[0], replicas=tuple(seeds[1:]), pretrain_seeds=(0, 1, 2))
+
+    ms = {"a": replicated([[2.0, 2.2], [2.1, 2.3], [1.9, 2.0]]), "b": replicated([[1.0, 1.2], [0.9, 1.1], [1.1, 1.0]])}
+    iv = paired_bootstrap(ms, lambda d: d["a"] - d["b"], level=0.8)
+    assert (iv.level, iv.draws, iv.basis, iv.pretraining_runs) == (0.8, 0, "pretraining+seeds", 3)
+
+
+def test_macro_f1_counts_a_class_seen_once():
+    """A class predicted once and never right has F1 0 and still counts in the mean (scikit-learn's macro)."""
+    pred, ref = np.array([0, 0, 1, 2]), np.array([0, 0, 1, 1])
+    got = STATISTICS["macro_f1"]({"prediction": pred, "reference": ref}, np.arange(4)[None, :])
+    assert got[0] == pytest.approx(compute("macro_f1", pred, ref)) == pytest.approx((1 + 2 / 3 + 0) / 3)
