@@ -211,3 +211,46 @@ def test_macro_f1_counts_a_class_seen_once():
     pred, ref = np.array([0, 0, 1, 2]), np.array([0, 0, 1, 1])
     got = STATISTICS["macro_f1"]({"prediction": pred, "reference": ref}, np.arange(4)[None, :])
     assert got[0] == pytest.approx(compute("macro_f1", pred, ref)) == pytest.approx((1 + 2 / 3 + 0) / 3)
+
+
+def test_the_widening_is_the_stated_formula():
+    """widened: the interval scaled about the estimate by sqrt((expansion^2 pretraining + examples) / total);
+    unchanged where the draws have no spread."""
+    from leanlm.claims.hierarchical import expansion, widened
+
+    e = expansion(3, 0.95)
+    wanted = e ** 2 * 0.5 + 0.25
+    low, high = widened(0.0, -1.0, 2.0, total=0.1, pretraining=0.5, examples=0.25, runs=3, level=0.95)
+    factor = np.sqrt(wanted / 0.1)
+    assert (low, high) == pytest.approx((-factor, 2 * factor))
+    assert widened(0.0, -1.0, 2.0, total=0.0, pretraining=0.5, examples=0.25, runs=3, level=0.95) == (-1.0, 2.0)
+
+
+def _replicated_examples(per_replica, eval_set="set"):
+    seeds = [tuple(SeedScores(seed=s, value=float(np.mean(x)), statistic="mean", examples={"score": np.asarray(x)},
+                              eval_set=eval_set) for s, x in enumerate(replica)) for replica in per_replica]
+    return Measurement(seeds[0], replicas=tuple(seeds[1:]), pretrain_seeds=tuple(range(len(seeds))))
+
+
+def test_resampling_the_examples_alone_keeps_every_replica_once():
+    """The "examples" pass behind the widening: replicas and seeds stay in place, so replicas whose examples
+    all score alike give every draw the measurement's value."""
+    from leanlm.claims.stats import measurement_draws
+
+    m = _replicated_examples([[[1.0] * 20, [1.0] * 20], [[3.0] * 20, [3.0] * 20], [[8.0] * 20, [8.0] * 20]])
+    draws = measurement_draws({"a": m}, 200, np.random.default_rng(0), only="examples")["a"]
+    assert draws == pytest.approx(np.full(200, m.value))
+    pretraining = measurement_draws({"a": m}, 200, np.random.default_rng(0), only="pretraining")["a"]
+    assert pretraining.std() > 0.5  # the replicas resampled: 1, 3 and 8 drawn with replacement
+
+
+def test_evaluation_sets_of_replicated_models_are_drawn_each_from_its_own_examples():
+    """Two sets of different sizes: each draw of a set indexes its own examples (B's last 20 of 50 score 1, so
+    its draws average about 0.4, not the 0 of its first 30 alone)."""
+    from leanlm.claims.stats import measurement_draws
+
+    a = _replicated_examples([[np.zeros(30)], [np.zeros(30)]], eval_set="small")
+    b = _replicated_examples([[np.r_[np.zeros(30), np.ones(20)]], [np.r_[np.zeros(30), np.ones(20)]]],
+                             eval_set="large")
+    draws = measurement_draws({"a": a, "b": b}, 400, np.random.default_rng(1))
+    assert draws["b"].mean() == pytest.approx(0.4, abs=0.03)
