@@ -82,6 +82,10 @@ def test_the_rounds_interval_is_a_ratio_interval():
     assert iv.basis == "rounds" and iv.extra["rounds"] == 5
     assert iv.estimate == pytest.approx(np.exp(np.mean(np.log(b / a))))
     assert np.log(iv.high) - np.log(iv.estimate) == pytest.approx(np.log(iv.estimate) - np.log(iv.low))
+    from scipy import stats as sps  # t with R - 1 = 4 degrees of freedom over the 5 log-ratios
+
+    logs = np.log(b / a)
+    assert np.log(iv.high / iv.estimate) == pytest.approx(sps.t.ppf(0.975, 4) * logs.std(ddof=1) / np.sqrt(5))
     assert 0 < iv.low < iv.estimate < iv.high
     flat = rounds_interval({"a": _timing(a), "b": _timing(2 * a)}, _ratio, 0.95)
     assert flat.width == pytest.approx(0.0, abs=1e-12)
@@ -95,7 +99,8 @@ def test_rounds_of_different_lengths_are_refused():
     from leanlm.claims.speed import rounds_interval
 
     with pytest.raises(Missing, match=r"different numbers of rounds \(a 3, b 2\); rerun the rule pretraining_speed"):
-        rounds_interval({"a": _timing([1.0, 2.0, 3.0]), "b": _timing([1.0, 2.0])}, _ratio, 0.95)
+        rounds_interval({"a|speed": _timing([1.0, 2.0, 3.0]), "b|speed": _timing([1.0, 2.0])},
+                        lambda d: d["b|speed"] / d["a|speed"], 0.95)  # keyed as the claims key a timing side
 
 
 def test_a_timing_part_is_judged_on_rounds(scratch_root):
