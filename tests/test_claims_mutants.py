@@ -254,3 +254,24 @@ def test_evaluation_sets_of_replicated_models_are_drawn_each_from_its_own_exampl
                              eval_set="large")
     draws = measurement_draws({"a": a, "b": b}, 400, np.random.default_rng(1))
     assert draws["b"].mean() == pytest.approx(0.4, abs=0.03)
+
+
+def test_a_seed_t_interval_is_exact_and_undefined_where_an_effect_is_not_finite():
+    """Seed-level data of models pretrained once: a paired t interval over the per-seed effects, k-1 degrees of
+    freedom, the sample sd (ddof 1), its level kept and no draws; undefined (no bounds, basis "undefined")
+    where a seed's effect is not finite."""
+    from scipy import stats as sps
+
+    def seeds(values):
+        return Measurement(tuple(SeedScores(s, v) for s, v in enumerate(values)))
+
+    a, b = [2.0, 2.5, 1.5, 2.2], [1.0, 1.1, 0.9, 1.3]
+    iv = paired_bootstrap({"a": seeds(a), "b": seeds(b)}, lambda d: d["a"] - d["b"], level=0.8)
+    effects = np.subtract(a, b)
+    half = sps.t.ppf(0.9, 3) * effects.std(ddof=1) / np.sqrt(4)
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((effects.mean(), effects.mean() - half, effects.mean() + half))
+    assert (iv.level, iv.draws, iv.basis) == (0.8, 0, "seeds")
+    with np.errstate(divide="ignore"):
+        bad = paired_bootstrap({"a": seeds(a), "b": seeds([1.0, 0.0, 0.9, 1.3])}, lambda d: d["a"] / d["b"], level=0.8)
+    assert bad.estimate == pytest.approx(np.mean(a) / np.mean([1.0, 0.0, 0.9, 1.3]))
+    assert np.isnan(bad.low) and np.isnan(bad.high) and (bad.level, bad.draws, bad.basis) == (0.8, 0, "undefined")

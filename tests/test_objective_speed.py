@@ -146,7 +146,7 @@ def test_the_speed_claim_never_reads_the_training_clock(scratch_root, config):
     part = result.parts[0]
     assert result.verdict == "contradicted", part
     assert part.a == pytest.approx(12.0) and part.b == pytest.approx(10.0)
-    assert part.interval.basis == "examples" and part.interval.width > 0  # resampled over rounds, paired
+    assert part.interval.basis == "rounds" and part.interval.width > 0  # a t interval over the paired rounds
 
 
 def test_the_interval_pairs_rounds(scratch_root, config):

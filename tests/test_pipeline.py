@@ -242,9 +242,14 @@ def test_claims_verdicts_from_the_runs(built, build_log):
     claims = pd.read_csv(root / "paper_tables" / "smoke" / "claims.csv")
     assert "leanlm: claims at profile smoke:" in build_log
     ran = claims[claims["verdict"] != "not run"]
-    # e.g. MHA vs SHA on GLUE (ch3_mha_best_absolute): both runs are in the tiny matrix
+    # e.g. MHA vs SHA on GLUE (ch3_mha_best_absolute): both runs are in the tiny matrix; judged on examples, or
+    # untestable where the tiny MHA is at chance (its reference preconditions), with the reason
     mha_sha = ran[ran["comparison"] == "ch3_encoder-mha vs ch3_encoder-sha on glue"]
-    assert len(mha_sha) == 1 and mha_sha.iloc[0]["basis"] == "examples"
+    assert len(mha_sha) == 1, ran["comparison"].tolist()
+    row = mha_sha.iloc[0]
+    assert row["basis"] == "examples" or (row["verdict"] == "untestable"
+                                          and row["preconditions"].startswith("ch3_reference_predictions_vary:")
+                                          and "Precondition ch3_reference" in row["reason"]), row.to_dict()
     # per-question F1: judged on examples, or untestable through MHE's precondition (MHA above SHA on SQuAD:
     # failing at this size, or unchecked where the tiny matrix fine-tunes MHA on no SQuAD), with the reason
     squad = ran[ran["comparison"] == "ch3_encoder-mhe_mul vs ch3_encoder-sha on squad (squad_v1)"]
