@@ -275,3 +275,29 @@ def test_a_seed_t_interval_is_exact_and_undefined_where_an_effect_is_not_finite(
         bad = paired_bootstrap({"a": seeds(a), "b": seeds([1.0, 0.0, 0.9, 1.3])}, lambda d: d["a"] / d["b"], level=0.8)
     assert bad.estimate == pytest.approx(np.mean(a) / np.mean([1.0, 0.0, 0.9, 1.3]))
     assert np.isnan(bad.low) and np.isnan(bad.high) and (bad.level, bad.draws, bad.basis) == (0.8, 0, "undefined")
+
+
+def test_every_example_can_be_drawn():
+    """Only example 0 of 10 scores 1: its draws average 0.1, for a model pretrained once and for one with
+    replicas (an index drawn from 1..n-1 would never pick it)."""
+    from leanlm.claims.stats import measurement_draws
+
+    scores = np.r_[1.0, np.zeros(9)]
+    once = Measurement((SeedScores(0, 0.1, "mean", {"score": scores}, "set"),))
+    replicated = _replicated_examples([[scores], [scores]], eval_set="other")
+    draws = measurement_draws({"a": once, "b": replicated}, 4000, np.random.default_rng(3))
+    assert draws["a"].mean() == pytest.approx(0.1, abs=0.01) and draws["b"].mean() == pytest.approx(0.1, abs=0.01)
+
+
+def test_replica_slot_zero_shares_its_seed_draw_with_models_pretrained_once():
+    """A model with three replicas, each equal to a model B pretrained once (two seeds scoring 0 and 10): slot 0
+    of A draws B's seeds (paired), the other two slots their own. So A - B = (X1 + X2 - 2 B) / 3 over the draws,
+    of variance 6/9 of B's: pairing no slot would give 12/9, pairing every slot 0."""
+    from leanlm.claims.stats import measurement_draws
+
+    seed_scores = [np.zeros(5), np.full(5, 10.0)]
+    a = _replicated_examples([seed_scores] * 3)
+    b = Measurement(tuple(SeedScores(s, float(x.mean()), "mean", {"score": x}, "set") for s, x in enumerate(seed_scores)))
+    draws = measurement_draws({"a": a, "b": b}, 6000, np.random.default_rng(4))
+    b_var = draws["b"].var()  # 12.5: means 0, 5, 10 with probabilities 1/4, 1/2, 1/4
+    assert np.var(draws["a"] - draws["b"]) / b_var == pytest.approx(6 / 9, abs=0.08)
