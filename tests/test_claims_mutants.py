@@ -301,3 +301,18 @@ def test_replica_slot_zero_shares_its_seed_draw_with_models_pretrained_once():
     draws = measurement_draws({"a": a, "b": b}, 6000, np.random.default_rng(4))
     b_var = draws["b"].var()  # 12.5: means 0, 5, 10 with probabilities 1/4, 1/2, 1/4
     assert np.var(draws["a"] - draws["b"]) / b_var == pytest.approx(6 / 9, abs=0.08)
+
+
+def test_a_replicated_interval_is_reproducible_and_its_variance_passes_know_nothing_from_nothing():
+    """The widening's single-level passes draw from the part's seed: the same interval twice; and a pass whose
+    every draw is undefined has no variance (NaN), not an error."""
+    from leanlm.claims.stats import _variance
+
+    rng = np.random.default_rng(5)
+    world = {k: [[rng.normal(mu + o, 1, 30) for _ in range(2)] for o in (0.0, 0.4, -0.3)] for k, mu in (("a", 1.0), ("b", 0.0))}
+    ms = {k: _replicated_examples(v) for k, v in world.items()}
+    first = paired_bootstrap(ms, lambda d: d["a"] - d["b"], draws=300, seed=3)
+    again = paired_bootstrap(ms, lambda d: d["a"] - d["b"], draws=300, seed=3)
+    assert (first.low, first.high) == (again.low, again.high) and first.basis == "pretraining+examples+seeds"
+    nothing = _variance(ms, lambda d: d["a"] * np.nan, 50, 0, "pretraining", lambda x: x)
+    assert np.isnan(nothing)
