@@ -9,6 +9,7 @@ import pytest
 from leanlm.claims.draw_statistics import STATISTICS
 from leanlm.claims.stats import INCONCLUSIVE, Measurement, SeedScores, paired_bootstrap, verdict
 from leanlm.evaluation.metrics import compute, import_metric_modules
+from test_claims_review import _timing  # a timing side's rounds, as the claims read them
 
 import_metric_modules()  # macro_f1 (CB) is registered with the SuperGLUE metrics
 
@@ -143,12 +144,6 @@ def test_a_precondition_reading_labels_is_judged_on_the_tasks_that_keep_them(lab
         assert _labelled_tasks(cond, cond.part, config, list(labels), _Reader(labels)) == (expected or list(labels))
 
 
-def _timed(times) -> Measurement:
-    times = np.asarray(times, dtype=float)
-    return Measurement((SeedScores(seed=0, value=float(np.median(times)), statistic="median",
-                                   examples={"score": times}, eval_set="speed-rounds/speed.json"),))
-
-
 @pytest.mark.parametrize("a, b, ratio, defined", [
     ([10.0, 11.0], [5.0, 6.0], True, True),                     # two rounds: the fewest an interval needs
     ([10.0], [5.0], True, False),                               # one round: no spread to measure
@@ -164,7 +159,7 @@ def test_the_rounds_interval_is_undefined_exactly_where_it_cannot_be_computed(a,
         with np.errstate(divide="ignore"):
             return d["b"] / d["a"] if ratio else d["b"] - 1 / d["a"]  # a difference; 1/0 is not finite
 
-    iv = rounds_interval({"a": _timed(a), "b": _timed(b)}, effect, 0.9, ratio=ratio)
+    iv = rounds_interval({"a": _timing(a), "b": _timing(b)}, effect, 0.9, ratio=ratio)
     assert iv.extra == {"rounds": len(a)} and iv.level == 0.9 and iv.draws == 0
     if defined:
         assert iv.basis == "rounds" and np.isfinite([iv.estimate, iv.low, iv.high]).all() and iv.low < iv.high
