@@ -210,27 +210,51 @@ def _clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int,
-               device: torch.device) -> tuple[float, float, float | None, Trainer]:
+def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, device: torch.device,
+               profile_steps: int = 0) -> tuple[float, float, float | None, Trainer, dict[str, Any] | None]:
     """(wall, CPU) seconds per step of a Trainer run over ``batch_at``, from the start of step ``warmup``
-    to the end; and the wall seconds of step 0 with what fit does before it (to the start of step 1: the
-    engine's compile probe, where torch.compile compiles, runs before step 0)."""
+    to the start of the profiled steps (the end without them); the wall seconds of step 0 with what fit
+    does before it (to the start of step 1: the engine's compile probe, where torch.compile compiles,
+    runs before step 0); the trainer; and with ``profile_steps`` the last steps' kernel profile
+    (:mod:`leanlm.benchmarks.kernel_profile`), taken in the same run so that nothing compiles twice."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from leanlm.benchmarks import kernel_profile
+
     starts: dict[int, tuple[float, float]] = {}
-    trainer = Trainer(model, config, batch_at, None, on_step_start=lambda s: starts.setdefault(s, _clock()))
+    first_profiled = config.total_steps - profile_steps
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    profiler = profile(activities=activities) if profile_steps else None
+
+    def step_started(step: int) -> None:
+        if step == first_profiled and profiler is not None:
+            _synchronize(device)  # the timed steps end here, and the profile starts on an idle device
+            starts.setdefault(step, _clock())
+            profiler.start()
+        starts.setdefault(step, _clock())
+
+    trainer = Trainer(model, config, batch_at, None, on_step_start=step_started)
     fit_started = _clock()
     trainer.fit()  # reads the losses back at the end: the device has finished
     _synchronize(device)
-    (wall, cpu), (wall0, cpu0) = _clock(), starts[warmup]
-    timed = config.total_steps - warmup
+    ended = _clock()
+    profiled = None
+    if profiler is not None:
+        profiler.stop()
+        profiled = kernel_profile.summarise(profiler.key_averages(), profile_steps,
+                                            ended[0] - starts[first_profiled][0], device.type)
+        ended = starts[first_profiled]
+    (wall, cpu), (wall0, cpu0) = ended, starts[warmup]
+    timed = first_profiled - warmup
     first = starts[1][0] - fit_started[0] if 1 in starts else None
-    return (wall - wall0) / timed, (cpu - cpu0) / timed, first, trainer
+    return (wall - wall0) / timed, (cpu - cpu0) / timed, first, trainer, profiled
 
 
 def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, seq_len: int = 128,
               steps: int = 20, device: str = "auto", dtype: str = "auto", *, warmup: int = 3,
               mask_prob: float = 0.15, compile: bool = False, prefetch: int = 2, seed: int = 0,
               params: str | None = None, run: str | None = None, build_only: bool = False,
-              loop_only: bool = False) -> dict[str, Any]:
+              loop_only: bool = False, profile_steps: int = 0) -> dict[str, Any]:
     """Time pretraining steps (module docstring); returns the measurements.
 
     With ``run`` (and ``params``, the profile holding it) the model, objective and masking rate are that
@@ -239,11 +263,13 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
     times the batch building alone (no model: the host's side of a paper-size batch on any machine).
     ``loop_only`` skips the step on batches built beforehand (its ``step_*`` fields are None): one model
     built and, with ``compile``, compiled once instead of twice (the GPU check's large models).
+    ``profile_steps`` more loop steps after the timed ones run under the profiler (``kernel_profile`` in
+    the result; :mod:`leanlm.benchmarks.kernel_profile`).
     """
-    if steps < 1 or warmup < 0 or batch_size < 1 or seq_len < 2 or prefetch < 0:
-        raise ConfigError(f"bench needs steps>=1, warmup>=0, batch_size>=1, seq_len>=2, prefetch>=0; got "
-                          f"steps={steps}, warmup={warmup}, batch_size={batch_size}, seq_len={seq_len}, "
-                          f"prefetch={prefetch}")
+    if steps < 1 or warmup < 0 or batch_size < 1 or seq_len < 2 or prefetch < 0 or profile_steps < 0:
+        raise ConfigError(f"bench needs steps>=1, warmup>=0, batch_size>=1, seq_len>=2, prefetch>=0, "
+                          f"profile_steps>=0; got steps={steps}, warmup={warmup}, batch_size={batch_size}, "
+                          f"seq_len={seq_len}, prefetch={prefetch}, profile_steps={profile_steps}")
     dev, precision = _resolve(device, dtype)
     if run is not None:
         model_config, head, objective, settings = _model_from_run(params or "params/paper.yaml", run)
@@ -258,10 +284,20 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
     total = warmup + steps
     gen = torch.Generator().manual_seed(seed)
     # Packed rows as the objective reads them: [CLS] ... [SEP] for MLM, plain token ids for causal LM.
-    rows = torch.randint(SPECIAL_IDS, model_config.vocab_size, (total * batch_size, seq_len), generator=gen)
-    if objective == "mlm":
-        rows[:, 0], rows[:, -1] = 2, 3
-    batches = _batches(objective, model_config, rows, batch_size, mask_prob)
+    def packed_rows(count: int) -> torch.Tensor:
+        rows = torch.randint(SPECIAL_IDS, model_config.vocab_size, (count * batch_size, seq_len), generator=gen)
+        if objective == "mlm":
+            rows[:, 0], rows[:, -1] = 2, 3
+        return rows
+
+    batches = _batches(objective, model_config, packed_rows(total), batch_size, mask_prob)
+    # The profiled steps read rows of their own, drawn after: the timed steps' batches are the same with
+    # or without a profile (the builder's per-epoch order depends on how many rows it holds).
+    profiled_batches = (_batches(objective, model_config, packed_rows(profile_steps), batch_size, mask_prob)
+                        if profile_steps else None)
+
+    def loop_batches(step: int, micro: int) -> dict[str, torch.Tensor]:
+        return batches(step, micro) if step < total else profiled_batches(step - total, micro)
 
     # 1. Batch building alone, on the host.
     pin = dev.type == "cuda"
@@ -291,14 +327,16 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
     if not loop_only:
         # 2. The step on batches built beforehand. Its trainer (weights and AdamW moments on the device)
         # is dropped before the loop's model is built: peak memory is one run's, not two.
-        step_seconds, step_cpu, _, trainer = _timed_fit(model, train_config, lambda step, micro: built[step],
+        step_seconds, step_cpu, _, trainer, _ = _timed_fit(model, train_config, lambda step, micro: built[step],
                                                         warmup, dev)
         del trainer, model
         model = _build(model_config, head, dev, seed)  # a fresh model: the loop starts where the step did
     del built
     # 3. The loop as training runs it, batches built while it trains.
-    loop_config = TrainConfig(**{**train_config.__dict__, "prefetch": prefetch})
-    loop_seconds, loop_cpu, first_step, loop_trainer = _timed_fit(model, loop_config, batches, warmup, dev)
+    loop_config = TrainConfig(**{**train_config.__dict__, "prefetch": prefetch,
+                                 "total_steps": total + profile_steps, "log_every": total + profile_steps})
+    loop_seconds, loop_cpu, first_step, loop_trainer, profiled = _timed_fit(model, loop_config, loop_batches,
+                                                                             warmup, dev, profile_steps)
     if dev.type == "cuda":
         peak_memory, memory_kind = torch.cuda.max_memory_allocated(dev), "cuda max_memory_allocated"
     else:
@@ -339,7 +377,8 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
         "non_embedding_params": non_embedding_parameters(model),
         "attention_params": model_attention_parameters(model),
         "final_loss": float(loop_trainer.state.losses[total - 1]),
-        "losses": [float(x) for x in loop_trainer.state.losses],
+        "losses": [float(x) for x in loop_trainer.state.losses[:total]],
+        "kernel_profile": profiled,
     }
 
 
@@ -374,4 +413,20 @@ def format_report(result: dict[str, Any]) -> str:
         f"  {result['flops_per_token'] / 1e6:,.2f} MFLOP/token; params {result['params']:,} "
         f"(non-embedding {result['non_embedding_params']:,}, attention {result['attention_params']:,})",
         f"  final loss {result['final_loss']:.3f}",
+        *_profile_lines(result.get("kernel_profile")),
     ])
+
+
+def _profile_lines(profiled: dict[str, Any] | None) -> list[str]:
+    """The kernel profile's summary: time by kind, then the five longest operators."""
+    if not profiled:
+        return []
+    kinds = ", ".join(f"{kind} {100 * v['share']:.0f}%" for kind, v in profiled["by_kind"].items())
+    busy = profiled["busy_fraction"]
+    lines = [f"  profile of {profiled['steps']} more step(s), {profiled['clock']}: "
+             f"{profiled['busy_ms_per_step']:.1f} of {profiled['wall_ms_per_step']:.1f} ms/step busy"
+             + (f" ({100 * busy:.0f}%)" if busy is not None else ""),
+             f"    by kind: {kinds}"]
+    lines += [f"    {op['ms_per_step']:8.2f} ms {100 * op['share']:4.1f}%  {op['kind']:<13} {op['name'][:90]}"
+              for op in profiled["top"][:5]]
+    return lines

@@ -39,6 +39,7 @@ def cmd_bench(args) -> None:
         compile=args.compile,
         prefetch=args.prefetch,
         build_only=args.build_only,
+        profile_steps=args.profile_steps,
         **chosen,
     )
     print(format_report(report))
@@ -154,6 +155,9 @@ def add_bench(sub) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model (as pretrain's compile: true)")
     p.add_argument("--prefetch", type=int, default=2,
                    help="micro-batches built ahead in the timed loop (default 2; 0: inline)")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="profile this many more loop steps after the timed ones: time by kind of kernel or "
+                        "operator and the longest ones (docs/benchmarks.md)")
     p.add_argument("--build-only", action="store_true",
                    help="time the batch building alone (no model; the host's share at any size)")
     p.add_argument("--parity", default=None, choices=["decoder", "bert", "all"],

@@ -28,6 +28,10 @@ TINY_NEED_S = 3.0
 SECTION2_RUNS = ("ch3_encoder-mha", "ch3_encoder-mhe_mul")
 SECTION3_EXPERIMENT = "ch4_uniform"
 KEPT_LOSSES = 20  # per-step losses kept in the record (the first ones; run_bench's own list is longer)
+# One more step after the timed ones runs under torch.profiler (``kernel_profile`` in the sub-step's record:
+# time by kind of kernel, the longest kernels; leanlm.benchmarks.kernel_profile): the first check could
+# say how slow a step was but not where its time went. One step of the 500M decoder costs 0.2-1 s.
+PROFILE_STEPS = 1
 
 
 def _profile(ctx) -> str:
@@ -45,14 +49,14 @@ def _settings(params: str, run_id: str) -> dict[str, Any]:
 
 
 def _bench(ctx, params: str, run_id: str, *, compile: bool, steps: int, warmup: int, loop_only: bool,
-           batch_size: int | None = None) -> dict[str, Any]:
+           batch_size: int | None = None, profile_steps: int = PROFILE_STEPS) -> dict[str, Any]:
     settings = _settings(params, run_id)
     batch = batch_size or settings["batch_size"]
     if ctx.tiny:
         batch = min(batch, 2)
     result = run_bench(params=params, run=run_id, batch_size=batch, seq_len=settings["seq_len"], steps=steps,
                        warmup=warmup, device=ctx.device.type, dtype="bf16", compile=compile, prefetch=2,
-                       loop_only=loop_only)
+                       loop_only=loop_only, profile_steps=profile_steps)
     result["losses"] = result["losses"][:KEPT_LOSSES]
     result["paper_batch_size"] = settings["batch_size"]
     return result
@@ -126,5 +130,5 @@ def section_decoder(section, ctx) -> None:
     section.note("largest_runs", largest)
     for run_id in largest:
         section.run(f"largest/{run_id}", lambda r=run_id: _bench(ctx, params, r, compile=False, steps=1,
-                                                                 warmup=0, loop_only=True),
+                                                                 warmup=0, loop_only=True, profile_steps=0),
                     _need(ctx, "largest"))
