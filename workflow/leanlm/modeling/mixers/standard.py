@@ -36,12 +36,16 @@ class StandardAttention(ProjectedMixer):
         the three when they all read ``h``."""
         if qk_source is None:
             q, k, v = self.project_qkv(h)
-            # SDPA saves v for backward: a view would keep the whole joint GEMM output alive, the
-            # pre-RoPE q and k with it (which q/k norms save anyway): v gets its own memory, as it had.
-            if joins(h) and self.q_norm is None:
-                v = v.contiguous()
         else:
             q, k, v = self.project_q(qk_source), self.project_k(qk_source), self.project_v(h)
+        # SDPA saves v for backward: a view of the joint GEMM would keep its whole output alive, the
+        # pre-RoPE q and k with it (which q/k norms save anyway): v gets its own memory, as it had.
+        # With Q, K from elsewhere (StaticEmbQK) v is copied too, so that SDPA gets the very layouts
+        # Standard gives it (v (B, heads, L, d_h)-contiguous, not a strided view of (B, L, d_m)): the
+        # only difference between the two at SDPA, where StaticEmbQK's step took 2.9x Standard's on the
+        # H200 (docs/benchmarks.md: suspected, not measured, as the cause).
+        if joins(h) and self.q_norm is None:
+            v = v.contiguous()
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def qk_source(self, ctx: MixerContext | None) -> torch.Tensor | None:

@@ -64,6 +64,14 @@ from leanlm.modeling.mixers.base import autocast_enabled, autocast_off
 # chunk's features), which measured fastest; elsewhere everything in one batched group.
 GROUP_BYTES = {"cpu": 0, "default": 2**30}
 
+# Row alignment, in bytes, of the GEMM operands whose widths are the feature count F (2,145 at d_h = 64)
+# and the value width D (d_h + 1 with the normaliser's column): both odd, so a bf16 row of either starts
+# at a 2-byte boundary, which rules out the GPU's tensor-core GEMM kernels that load 16-byte vectors
+# (Hopper's TMA kernels need 16-byte aligned strides). Where set, F and D are padded with zero columns
+# to a multiple of it: zero features and zero value columns add exact zeros to every sum, and are sliced
+# off the results. Not on CPUs (their GEMMs load any stride, and their results stay bit for bit as they were).
+ALIGN_BYTES = {"cpu": 0, "default": 16}
+
 # sqrt(w) on the squares of x's entries (w = 1/2), on each side of phi(q) . phi(k).
 SQRT_HALF = math.sqrt(0.5)
 
@@ -87,8 +95,10 @@ class Buffers:
     until the next request for the same name, so callers use it before asking again.
     """
 
-    def __init__(self):
+    def __init__(self, feature_width: int | None = None):
         self._held: dict[tuple, torch.Tensor] = {}
+        # Row width of the feature tensors: n_features, or more with zero columns (ALIGN_BYTES).
+        self.feature_width = feature_width
 
     def _get(self, name: str, shape: tuple[int, ...], like: torch.Tensor, zero: bool) -> torch.Tensor:
         key = (name, tuple(shape), like.dtype, like.device)
@@ -104,6 +114,15 @@ class Buffers:
     def zeros(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """Zeroed when first made and never cleared again: for regions callers never write."""
         return self._get(name, shape, like, zero=True)
+
+
+def aligned(width: int, element_size: int, align_bytes: int) -> int:
+    """``width`` rounded up so that a row of ``element_size``-byte entries is a multiple of
+    ``align_bytes`` (0: unchanged)."""
+    if align_bytes <= 0:
+        return width
+    step = max(1, align_bytes // math.gcd(align_bytes, element_size))
+    return -(-width // step) * step
 
 
 def _extended_size(head_dim: int) -> int:
@@ -207,8 +226,19 @@ def _features(buffers: Buffers, *xs: torch.Tensor | None) -> list[torch.Tensor |
     The results live in ``buffers`` until the next call."""
     present = [x for x in xs if x is not None]
     stacked = torch.stack(present)
-    out = buffers.empty("features", (*stacked.shape[:-1], n_features(stacked.size(-1))), stacked)
-    found = iter(taylor_features(stacked, out=out).unbind(0))
+    count = n_features(stacked.size(-1))
+    width = buffers.feature_width or count
+    if width == count:
+        full = out = buffers.empty("features", (*stacked.shape[:-1], count), stacked)
+    else:  # the padding columns are zeroed once and never written
+        full = buffers.zeros("features", (*stacked.shape[:-1], width), stacked)
+        out = full[..., :count]
+    features = taylor_features(stacked, out=out)
+    if features is out:
+        features = full
+    elif width > count:  # compiled: a new tensor, padded here
+        features = F.pad(features, (0, width - count))
+    found = iter(features.unbind(0))
     return [None if x is None else next(found) for x in xs]
 
 
@@ -268,6 +298,22 @@ def _inter(q, k, v, carry, build_state: bool, into: torch.Tensor | None, buffers
     return (None if part is None else part.view(rows, groups, c, -1)), new_carry
 
 
+def _suffix_sums(dbefore: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For d(state before chunk g) (R, G, F, D): what each chunk's own state reached, the sum over
+    the later chunks g' > g (zero for the last), and the sum over all G (what the carry in reached).
+
+    Written chunk by chunk into one tensor, each sum the previous plus one term, the order a scan
+    (CUDA's cumsum over an outer dimension) adds them in: the reversed cumsum it replaces went through
+    two flipped copies and a shifted (padded) copy, four more passes over a tensor that is 1 GB at
+    the 500M decoder's micro-batch (docs/benchmarks.md)."""
+    groups = dbefore.size(1)
+    later = torch.empty_like(dbefore)
+    later[:, -1].zero_()
+    for g in range(groups - 2, -1, -1):
+        torch.add(later[:, g + 1], dbefore[:, g + 1], out=later[:, g])
+    return later, later[:, 0] + dbefore[:, 0]
+
+
 def _inter_backward(q, k, v, carry, dout, dcarry, buffers: Buffers):
     """Gradients through :func:`_inter` (shapes as there): (dq, dk, dv) to add (each or None) and
     the gradient of the carry entering the group, given d out and the gradient of the state after
@@ -287,15 +333,15 @@ def _inter_backward(q, k, v, carry, dout, dcarry, buffers: Buffers):
         dstate = dcarry
     else:
         dbefore = torch.bmm(fq.transpose(1, 2), do3).to(acc)
-        later = dbefore.view(rows, groups, *dbefore.shape[1:]).flip(1).cumsum(1).flip(1)
-        dstate, dcarry_in = F.pad(later[:, 1:], (0, 0, 0, 0, 0, 1)), later[:, 0]
+        dstate, dcarry_in = _suffix_sums(dbefore.view(rows, groups, *dbefore.shape[1:]))
         if dcarry is not None:
             dstate, dcarry_in = dstate + dcarry[:, None], dcarry_in + dcarry
         dstate = dstate.reshape(rows * groups, *dstate.shape[2:])
     # d features of q (reads) and of k (states), written side by side, through the feature map
     # in one call.
     count = int(reads) + int(dstate is not None)
-    grads = buffers.empty("features_grad", (count, rows * groups, c, n_features(q.size(-1))), q3)
+    count_f = n_features(q.size(-1))
+    grads = buffers.empty("features_grad", (count, rows * groups, c, buffers.feature_width or count_f), q3)
     xs = []
     if reads:
         torch.bmm(do3, before.to(dtype).transpose(1, 2), out=grads[len(xs)])
@@ -304,7 +350,8 @@ def _inter_backward(q, k, v, carry, dout, dcarry, buffers: Buffers):
         dstate = dstate.to(dtype)
         torch.bmm(v3, dstate.transpose(1, 2), out=grads[len(xs)])
         xs.append(k3)
-    dxs = list(features_backward(grads, torch.stack(xs), buffers).unbind(0))
+    # The padding columns' gradients (of features that are constant zeros) are not passed on.
+    dxs = list(features_backward(grads[..., :count_f], torch.stack(xs), buffers).unbind(0))
     dq = dxs.pop(0) if reads else None
     dk = dxs.pop(0) if dstate is not None else None
     dv = None if dstate is None else torch.bmm(fk, dstate)
@@ -321,13 +368,13 @@ def _inter_backward(q, k, v, carry, dout, dcarry, buffers: Buffers):
     return (*(None if t is None else t.view(shape) for t in (dq, dk, dv)), dcarry_in)
 
 
-def _forward(q, k, v, group, return_state, keep_carries):
+def _forward(q, k, v, group, return_state, keep_carries, width):
     """Every chunk's outputs (R, N, C, D), the final state (or None) and the carry entering each
-    group (kept for backward: then never updated in place)."""
+    group (kept for backward: then never updated in place). ``width``: the feature tensors' row width."""
     rows, n, c, _ = q.shape
     flat = [t.reshape(rows * n, c, t.size(-1)) for t in (q, k, v)]
     out = _intra(*flat).view(rows, n, c, -1)
-    carry, carries, buffers = None, [], Buffers()
+    carry, carries, buffers = None, [], Buffers(width)
     for start in range(0, n, group):  # a loop over groups of chunks, each one batched
         part = slice(start, start + group)
         carries.append(carry)
@@ -345,12 +392,12 @@ def _forward(q, k, v, group, return_state, keep_carries):
 
 class TaylorChunks(torch.autograd.Function):
     """The chunked form with its hand-written backward. Inputs: q, k (R, N, C, d) scaled, v (R, N,
-    C, D), the group size and whether to return the final state too."""
+    C, D), the group size, whether to return the final state too, and the feature tensors' width."""
 
     @staticmethod
-    def forward(ctx, q, k, v, group, return_state):
-        out, state, carries = _forward(q, k, v, group, return_state, keep_carries=True)
-        ctx.group, ctx.device_type = group, q.device.type
+    def forward(ctx, q, k, v, group, return_state, width):
+        out, state, carries = _forward(q, k, v, group, return_state, keep_carries=True, width=width)
+        ctx.group, ctx.device_type, ctx.width = group, q.device.type, width
         ctx.save_for_backward(q, k, v, *carries[1:])
         ctx.set_materialize_grads(False)
         return (out, state) if return_state else out
@@ -373,7 +420,7 @@ class TaylorChunks(torch.autograd.Function):
         dq, dk, dv = (t.view(rows, n, c, -1) for t in _intra_backward(*flat))
         # Ours to accumulate into in place (autograd's gradient is not).
         dcarry = None if dstate is None else dstate.clone()
-        buffers = Buffers()
+        buffers = Buffers(ctx.width)
         for index in reversed(range(len(carries))):
             part = slice(index * ctx.group, (index + 1) * ctx.group)
             *adds, dcarry = _inter_backward(q[:, part], k[:, part], v[:, part], carries[index],
@@ -381,12 +428,12 @@ class TaylorChunks(torch.autograd.Function):
             for grad, add in zip((dq, dk, dv), adds):
                 if add is not None:
                     grad[:, part] += add
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def taylor_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int = 128,
-                     return_state: bool = False, group_bytes: int | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     return_state: bool = False, group_bytes: int | None = None,
+                     align_bytes: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """sum_{j<=i} (1 + s_ij + s_ij^2/2) v_j with s_ij = q_i.k_j / sqrt(d_h), for every i.
 
     q, k (B, H, L, d_h), v (B, H, L, D) -> (B, H, L, D); a zero row of v contributes nothing (how
@@ -394,14 +441,24 @@ def taylor_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: i
     also the state sum_j phi(k_j / d_h^(1/4)) v_j^T (B, H, F, D) over all L tokens (float32 at
     least), which :func:`taylor_step` continues. Time and memory are linear in L. Computed in
     :func:`compute_dtype` with autocast off (module docstring); the output is in that dtype.
+    ``group_bytes`` and ``align_bytes`` default to the device's :data:`GROUP_BYTES` and
+    :data:`ALIGN_BYTES`; neither changes the result beyond float rounding.
     """
     dtype = compute_dtype(q, k, v)
     with autocast_off(q.device.type):
-        return _taylor_attention(q.to(dtype), k.to(dtype), v.to(dtype), chunk, return_state, group_bytes)
+        return _taylor_attention(q.to(dtype), k.to(dtype), v.to(dtype), chunk, return_state, group_bytes,
+                                 align_bytes)
 
 
-def _taylor_attention(q, k, v, chunk, return_state, group_bytes):
+def _taylor_attention(q, k, v, chunk, return_state, group_bytes, align_bytes):
     b, heads, length, d = q.shape
+    if align_bytes is None:
+        align_bytes = ALIGN_BYTES.get(q.device.type, ALIGN_BYTES["default"])
+    features, value_width = n_features(d), v.size(-1)
+    width = aligned(features, q.element_size(), align_bytes)
+    padded_width = aligned(value_width, v.element_size(), align_bytes)
+    if padded_width > value_width:  # zero columns: zero outputs and state columns, sliced off below
+        v = F.pad(v, (0, padded_width - value_width))
     scale = d ** -0.25
     q, k = q * scale, k * scale
     c = min(chunk, length)
@@ -412,15 +469,18 @@ def _taylor_attention(q, k, v, chunk, return_state, group_bytes):
     qc, kc, vc = (t.reshape(b * heads, n, c, t.size(-1)) for t in (q, k, v))
     if group_bytes is None:
         group_bytes = GROUP_BYTES.get(q.device.type, GROUP_BYTES["default"])
-    group = max(1, group_bytes // (b * heads * c * n_features(d) * q.element_size()))
+    group = max(1, group_bytes // (b * heads * c * width * q.element_size()))
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        result = TaylorChunks.apply(qc, kc, vc, group, return_state)
+        result = TaylorChunks.apply(qc, kc, vc, group, return_state, width)
         out, state = result if return_state else (result, None)
     else:
-        out, state, _ = _forward(qc, kc, vc, group, return_state, keep_carries=False)
+        out, state, _ = _forward(qc, kc, vc, group, return_state, keep_carries=False, width=width)
     if state is not None:
         state = state.view(b, heads, *state.shape[1:])
-    return out.reshape(b, heads, n * c, -1)[:, :, :length], state
+        if (width, padded_width) != (features, value_width):
+            state = state[..., :features, :value_width].contiguous()
+    out = out.reshape(b, heads, n * c, -1)[:, :, :length]
+    return (out if padded_width == value_width else out[..., :value_width]), state
 
 
 def taylor_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor | None
