@@ -28,7 +28,8 @@ different tensors, :func:`cuda_kernels` substitutes what the CUDA kernel keeps:
 and :func:`data_free` answers the forward's data-dependent calls: ``bool(tensor)`` (a check, or "drop
 the mask when nothing is padded") is False; ``torch.unique`` (EELBERT's distinct tokens) returns every
 row as distinct, an upper bound. Device-dependent choices of the kernels take their GPU values
-(Approximate's Taylor kernel batches its chunks by ``GROUP_BYTES["default"]``, as on a GPU).
+(Approximate's Taylor kernel batches its chunks by ``GROUP_BYTES["default"]`` and pads its GEMM rows by
+``ALIGN_BYTES["default"]``, as on a GPU).
 
 The LM loss's chunks (leanlm.modeling.lm_loss) run as :class:`_LossChunk`, a stand-in with their inputs,
 outputs and gradients but no logits, for speed; one real chunk's excess over it is measured once per
@@ -275,12 +276,15 @@ def _gpu_kernel_choices():
     """Device-dependent kernel choices as on a GPU while measuring (module docstring)."""
     from leanlm.modeling.mixers import taylor
 
-    saved = taylor.GROUP_BYTES["cpu"]
-    taylor.GROUP_BYTES["cpu"] = taylor.GROUP_BYTES["default"]
+    tables = (taylor.GROUP_BYTES, taylor.ALIGN_BYTES)
+    saved = [table["cpu"] for table in tables]
+    for table in tables:
+        table["cpu"] = table["default"]
     try:
         yield
     finally:
-        taylor.GROUP_BYTES["cpu"] = saved
+        for table, value in zip(tables, saved):
+            table["cpu"] = value
 
 
 def static_bytes(model: nn.Module) -> dict[str, int]:

@@ -7,8 +7,8 @@ records every ATen operator the autograd engine and the module issue: its name, 
 tensors it writes (its outputs) and reads (its tensor inputs), and the dtypes it writes; FLOPs come
 from ``torch.utils.flop_counter`` (GEMMs, convolutions and attention; elementwise ops count 0).
 
-Views (``view``, ``transpose``, ``expand``, ...) write nothing and are left out, as a GPU launches no
-kernel for them. Bytes read count each input tensor's logical size once per operator (a broadcast
+Views (``view``, ``transpose``, ``expand``, ...) and bare allocations (``empty``, ``new_empty``) write
+nothing and are left out, as a GPU launches no kernel for them. Bytes read count each input tensor's logical size once per operator (a broadcast
 operand counts its own size, not the broadcast one); that is what a kernel must move at the least.
 
 Used for docs/benchmarks.md's analysis of the ch. 4 mixers' and MHE's GPU step times (issue: the
@@ -27,8 +27,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
+# Allocations: memory handed out, nothing written (no kernel).
+_ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+
+
 def _is_view(func) -> bool:
-    """Whether ``func`` returns an alias of an input (a view: no kernel) rather than written memory."""
+    """Whether ``func`` writes nothing: returns an alias of an input (a view) or only allocates."""
+    if func.overloadpacket.__name__ in _ALLOCATIONS:
+        return True
     return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
 
 
@@ -101,3 +107,43 @@ def format_census(name: str, c: Census, top: int = 8) -> str:
     for op, b in c.written_by_op.most_common(top):
         lines.append(f"    {op:<40}{c.by_op[op]:>6} x  {b / 1e9:8.3f} GB")
     return "\n".join(lines)
+
+
+def decoder_step(attention: str, length: int, batch: int, layers: int = 2, size: str = "500M"):
+    """One bf16-autocast training step of a ch. 4 decoder of Table 4.10's ``size`` (its widths and
+    heads; ``layers`` blocks, a 256-token vocabulary so the head does not dominate), as a callable."""
+    from leanlm.modeling.models import build_model
+    from leanlm.modeling.qwen_sizes import qwen_config
+
+    torch.manual_seed(0)
+    config = qwen_config(size, attention=attention, n_layers=layers, vocab_size=256, max_position=length)
+    model = build_model(config, "causal_lm").train()
+    ids = torch.randint(0, 256, (batch, length))
+    if model.model.qk_stream == "text":
+        model.set_fixed_sequence(torch.randint(0, 256, (length,)))
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(ids, labels=ids)["loss"]
+        loss.backward()
+    return step
+
+
+def main(argv: list[str] | None = None) -> dict[str, Census]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mixers", nargs="+", default=["standard", "static_emb_qk", "rnd_emb_qk", "approximate"])
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=2)
+    args = parser.parse_args(argv)
+    found = {}
+    for name in args.mixers:
+        step = decoder_step(name, args.length, args.batch, args.layers)
+        step()  # first step: lazy allocations and caches, not counted
+        found[name] = census(step)
+        print(format_census(f"{name} (500M widths, {args.layers} layers, {args.batch} x {args.length})", found[name]))
+    return found
+
+
+if __name__ == "__main__":
+    main()
