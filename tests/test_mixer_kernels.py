@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from leanlm.benchmarks.op_census import census, format_census
-from leanlm.modeling.mixers.taylor import aligned, n_features, taylor_attention
+from leanlm.modeling.mixers.taylor import taylor_attention
+from leanlm.modeling.mixers.taylor_features import aligned, n_features
 
 from mixer_cases import D, context, make
 

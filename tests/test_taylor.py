@@ -1,4 +1,4 @@
-"""Approximate's fast Taylor kernel (mixers/taylor.py): features and their gradient, chunked forms, padding, bf16, the mixer bench (split from test_mixers.py)."""
+"""Approximate's fast Taylor kernel (mixers/taylor.py, its feature map in mixers/taylor_features.py): features and their gradient, chunked forms, padding, bf16, the mixer bench (split from test_mixers.py)."""
 
 import math
 
@@ -13,13 +13,12 @@ from mixer_cases import D, context, make
 # ------------------------------------------------- Approximate's fast kernel (mixers/taylor.py)
 from leanlm.benchmarks import mixers as bench  # noqa: E402
 from leanlm.modeling.mixers.linear import causal_linear_attention  # noqa: E402
-from leanlm.modeling.mixers.taylor import (  # noqa: E402
+from leanlm.modeling.mixers.taylor import taylor_attention, taylor_step  # noqa: E402
+from leanlm.modeling.mixers.taylor_features import (  # noqa: E402
     Buffers,
     features_backward,
     n_features,
-    taylor_attention,
     taylor_features,
-    taylor_step,
 )
 
 

@@ -15,8 +15,8 @@ name                      thesis                        relaxes
 
 The folder is the registry (:data:`MIXERS`, leanlm.modeling.variants): a module declares its mixers with
 ``@MIXERS.register("name")``, read from the source, and is imported only when a model builds one of them
-(ModelConfig accepts these names). A new mixer is one new file here; shared code (base.py, taylor.py)
-declares none. The Qwen block's own feed-forward :class:`GatedMLP` lives in base.py.
+(ModelConfig accepts these names). A new mixer is one new file here; shared code (base.py, taylor.py,
+taylor_features.py) declares none. The Qwen block's own feed-forward :class:`GatedMLP` lives in base.py.
 """
 
 from leanlm.modeling.mixers.base import MIXERS, GatedMLP, Mixer, MixerContext, RMSNorm, build_mixer
