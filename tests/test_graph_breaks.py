@@ -15,6 +15,11 @@ batches training feeds it: the pretraining batch of its objective (packed rows w
 mask, MLM with ``masked_positions``; translation's padded batches with theirs), and, for every model, a
 padded batch with an attention mask, as fine-tuning feeds it. The chunked mixers run with 8-token chunks,
 so a 16-token batch crosses chunks (the carried states, Approximate's hand-written backward).
+
+The torch here (2.13) traces more than the GPU machine's (2.11): there ``torch.amp.is_autocast_available``
+(a C builtin, ``torch._C._is_autocast_available``) was a graph break at every call in the Approximate
+decoder (the first GPU check, docs/results/gpu/2026-11-28-h200, D5). Every trace here hides that query
+from dynamo as 2.11 did, so a compiled forward that asks it breaks here too.
 """
 
 from __future__ import annotations
@@ -83,6 +88,13 @@ def _traced(model: torch.nn.Module, batch: dict) -> None:
     assert torch.isfinite(out["loss"])
 
 
+@pytest.fixture(autouse=True)
+def autocast_query_as_on_torch_2_11(monkeypatch):
+    """``torch.amp.is_autocast_available`` as torch 2.11's dynamo saw it: a function it does not trace (a
+    graph break; with ``fullgraph=True`` an error). Eager calls answer as before."""
+    monkeypatch.setattr(torch.amp, "is_autocast_available", torch._dynamo.disable(torch.amp.is_autocast_available))
+
+
 @pytest.fixture
 def two_chunks(monkeypatch):
     """8-token chunks for the chunked mixers: a 16-token batch is two chunks, the second reading the
@@ -104,6 +116,22 @@ def test_training_forward_is_one_graph(case):
         padded["masked_positions"] = labelled_positions(padded["labels"])
     for batch in _batches(padded, head):
         _traced(model, batch)
+
+
+DECODER_MIXERS = {fields["attention"]: name for name, (fields, head) in reversed(CASES.items())
+                  if fields["backbone"] == "qwen" and head == "causal_lm"}
+
+
+@pytest.mark.usefixtures("two_chunks")
+@pytest.mark.parametrize("case", sorted(DECODER_MIXERS.values()))
+def test_decoder_forward_under_bf16_autocast_is_one_graph(case):
+    """The GPU trains under bf16 autocast, where the mixers ask autocast for their compute dtype
+    (RoPE's tables, the Taylor kernel, Linear's scan): one graph there too, per mixer."""
+    fields, head = CASES[case]
+    model = bf16_cases.build(fields, head)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for batch in _batches(bf16_cases.batch_for(model, head), head):
+            _traced(model, batch)
 
 
 def test_every_variant_is_traced():

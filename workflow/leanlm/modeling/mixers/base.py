@@ -128,14 +128,23 @@ def apply_rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return t * cos + rotated * sin
 
 
+def autocast_available(device_type: str) -> bool:
+    """Whether torch's autocast knows ``device_type``. Under torch.compile the answer is True without
+    asking: torch 2.11's dynamo cannot trace the query (``torch._C._is_autocast_available``, a C builtin),
+    so each call was a graph break in every decoder (the first GPU check, docs/gpu-check.md), and every
+    device torch.compile generates code for (cpu, cuda, xpu, mps) has autocast. (joint_linear.joins
+    guards its query the same way.)"""
+    return torch.compiler.is_compiling() or torch.amp.is_autocast_available(device_type)
+
+
 def autocast_enabled(device_type: str) -> bool:
     """Whether autocast is on for ``device_type`` (False for devices autocast does not know)."""
-    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    return autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 def autocast_off(device_type: str):
     """A context with autocast off on ``device_type``, for kernels that choose their own dtypes."""
-    if not torch.amp.is_autocast_available(device_type):
+    if not autocast_available(device_type):
         return contextlib.nullcontext()
     return torch.autocast(device_type, enabled=False)
 
