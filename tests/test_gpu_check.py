@@ -211,20 +211,30 @@ def test_a_tiny_budget_records_skips_instead_of_overrunning(tmp_path):
     assert len(steps) >= 20 and wall < 60, wall  # nothing was made: no bundle, no data stages
 
 
-def test_the_twin_comparison_fails_a_twin_that_computes_something_else(tmp_path, monkeypatch):
-    from leanlm.benchmarks.gpucheck import correctness, reference
+@pytest.fixture(scope="module")
+def tiny_reference(tmp_path_factory):
+    """Section 4's tiny reference, made from a small corpus: (reference.json, {twin: tensors})."""
+    from leanlm.benchmarks.gpucheck import reference
     from leanlm.data.tokenizer import save_tokenizer, train_wordpiece
     from leanlm.io import write_jsonl
-    from leanlm.modeling import hf_twins
 
+    tmp = tmp_path_factory.mktemp("reference")
     words = "the old bridge crossed a river near our quiet town and every morning people walked over it".split()
     docs = [" ".join(words[(i + j) % len(words)] for j in range(60)) for i in range(40)]
-    write_jsonl(tmp_path / "data" / "corpus" / "train.jsonl", [{"text": d} for d in docs])
-    save_tokenizer(train_wordpiece(lambda: iter(docs), 120, True), tmp_path / "data" / "tokenizer", {"kind": "wordpiece"})
-    monkeypatch.setenv("LEANLM_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "ref").mkdir()
-    reference.build_reference(tmp_path / "data", tmp_path / "ref", tiny=True)
-    record, tensors = reference.load_reference(tmp_path / "ref")
+    write_jsonl(tmp / "data" / "corpus" / "train.jsonl", [{"text": d} for d in docs])
+    save_tokenizer(train_wordpiece(lambda: iter(docs), 120, True), tmp / "data" / "tokenizer", {"kind": "wordpiece"})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LEANLM_CACHE", str(tmp / "cache"))
+        (tmp / "ref").mkdir()
+        reference.build_reference(tmp / "data", tmp / "ref", tiny=True)
+    return reference.load_reference(tmp / "ref")
+
+
+def test_the_twin_comparison_fails_a_twin_that_computes_something_else(tiny_reference, monkeypatch):
+    from leanlm.benchmarks.gpucheck import correctness
+    from leanlm.modeling import hf_twins
+
+    record, tensors = tiny_reference
     cpu = torch.device("cpu")
     assert correctness.compare_twin("qwen", record, tensors["qwen"], cpu)["passed"]
 
@@ -241,6 +251,57 @@ def test_the_twin_comparison_fails_a_twin_that_computes_something_else(tmp_path,
     result = correctness.compare_twin("qwen", record, tensors["qwen"], cpu)
     # Near initialisation the losses barely move (all about ln V): the logits tell the functions apart.
     assert not result["passed"] and not result["logits"]["ok"], result["logits"]
+
+
+def test_the_twins_time_per_step_leaves_out_the_compile_and_the_warm_up(tiny_reference, monkeypatch):
+    """``ms_per_step`` is the steady state, for leanlm and the twin alike: a slow step 0 (as torch.compile
+    makes it) lands in ``first_step_s``, and the timed window opens on a synchronised device."""
+    from leanlm.benchmarks import pretraining
+    from leanlm.benchmarks.gpucheck import correctness, reference
+
+    clock, synced = FakeClock(), []
+    monkeypatch.setattr(pretraining, "_clock", lambda: (clock.now, clock.now))
+    monkeypatch.setattr(pretraining, "_synchronize", lambda device: synced.append(clock.now))
+    batch_at = reference.TwinBatches.__call__
+
+    def slow_first_step(self, step, micro):
+        clock.now += 100.0 if step == 0 else 1.0  # step 0 as the compile makes it; then 1 s a step
+        return batch_at(self, step, micro)
+
+    monkeypatch.setattr(reference.TwinBatches, "__call__", slow_first_step)
+    record, tensors = tiny_reference
+    for name in ("bert", "qwen"):
+        clock.now = 0.0
+        synced.clear()
+        result = correctness.compare_twin(name, record, tensors[name], torch.device("cpu"))
+        warm = correctness.untimed_steps(result["steps"])
+        assert 1 <= warm < result["steps"] and result["timed_steps"] == result["steps"] - warm
+        assert result["ms_per_step"] == result["twin_ms_per_step"] == 1000.0, result
+        assert result["first_step_s"] == result["twin_first_step_s"] == 100.0
+        # The clock where step `warm` starts, in leanlm's run and in the twin's (which begins at its end):
+        # the device was synchronised there, after the warm-up's work.
+        opens, twin_begins = 100.0 + warm - 1, 100.0 + result["steps"] - 1
+        assert {opens, twin_begins + opens} <= set(synced), synced
+
+
+def test_the_largest_model_is_timed_after_a_warm_step(tmp_path, monkeypatch):
+    """decoder/largest: its one timed step follows a warm-up step (a cold step pays cuDNN's plan building:
+    2104 ms against 292 on the H200); the record keeps the cold step in ``first_step_s``."""
+    from types import SimpleNamespace
+
+    from leanlm.benchmarks.gpucheck import throughput
+
+    calls = {}
+
+    def bench(ctx, params, run_id, **settings):
+        calls[run_id] = settings
+        return {}
+
+    monkeypatch.setattr(throughput, "_bench", bench)
+    record = rec.CheckRecord(tmp_path, {}, 3600.0, {"decoder": 1.0}, echo=lambda _: None)
+    throughput.section_decoder(record.section("decoder", "3"), SimpleNamespace(tiny=False, device=torch.device("cpu")))
+    largest = record.doc["sections"]["decoder"]["largest_runs"]
+    assert largest and all(calls[r]["warmup"] >= 1 and calls[r]["steps"] >= 1 for r in largest), calls
 
 
 def test_largest_paper_micro_batch_is_the_1_7b_decoders_one_run_per_mixer():

@@ -16,7 +16,9 @@ clipping, the background prefetcher, ``compile``). Three clocks, each after ``wa
 ``tokens_per_s`` and ``mfu`` come from ``loop_ms`` (``step_tokens_per_s``, ``step_mfu`` from
 ``step_ms``); ``first_step_s`` is step 0's wall time from the start of ``fit`` (so it holds torch.compile's
 compilation, which the engine's probe runs before step 0, when compiled). The
-model is initialised on the device that trains it. The clocks stop after the device has finished (the loop reads its losses back at the end).
+model is initialised on the device that trains it. Each clock starts and stops with the device
+synchronised (:func:`timed_fit`): the timed window holds the work of its own steps, not the warm-up steps
+the host had queued ahead of it.
 Packed rows are held in memory here, where a run gathers them from a memory-mapped token stream; on
 the dev machine the gather is a small part of ``batch_ms`` (the masking is most of it).
 
@@ -210,13 +212,19 @@ def _clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, device: torch.device,
+def timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, device: torch.device,
                profile_steps: int = 0) -> tuple[float, float, float | None, Trainer, dict[str, Any] | None]:
     """(wall, CPU) seconds per step of a Trainer run over ``batch_at``, from the start of step ``warmup``
     to the start of the profiled steps (the end without them); the wall seconds of step 0 with what fit
     does before it (to the start of step 1: the engine's compile probe, where torch.compile compiles,
     runs before step 0); the trainer; and with ``profile_steps`` the last steps' kernel profile
-    (:mod:`leanlm.benchmarks.kernel_profile`), taken in the same run so that nothing compiles twice."""
+    (:mod:`leanlm.benchmarks.kernel_profile`), taken in the same run so that nothing compiles twice.
+
+    The device is synchronised before each clock reading that bounds a window: at the start of step 1
+    and of step ``warmup`` (within the warm-up), of the profiled steps, and at the end. The engine does
+    not wait for the device between steps, so on CUDA the host runs ahead: without the sync where the
+    timed window opens, the window held the device's work on the warm-up steps the host had queued (one
+    warm-up step and one timed step measured mostly the warm-up step)."""
     from torch.profiler import ProfilerActivity, profile
 
     from leanlm.benchmarks import kernel_profile
@@ -227,6 +235,8 @@ def _timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, devi
     profiler = profile(activities=activities) if profile_steps else None
 
     def step_started(step: int) -> None:
+        if step in (1, warmup) and step <= warmup:
+            _synchronize(device)  # a window opens here: the warm-up's queued work is done first
         if step == first_profiled and profiler is not None:
             _synchronize(device)  # the timed steps end here, and the profile starts on an idle device
             starts.setdefault(step, _clock())
@@ -327,16 +337,16 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
     if not loop_only:
         # 2. The step on batches built beforehand. Its trainer (weights and AdamW moments on the device)
         # is dropped before the loop's model is built: peak memory is one run's, not two.
-        step_seconds, step_cpu, _, trainer, _ = _timed_fit(model, train_config, lambda step, micro: built[step],
-                                                        warmup, dev)
+        step_seconds, step_cpu, _, trainer, _ = timed_fit(model, train_config, lambda step, micro: built[step],
+                                                          warmup, dev)
         del trainer, model
         model = _build(model_config, head, dev, seed)  # a fresh model: the loop starts where the step did
     del built
     # 3. The loop as training runs it, batches built while it trains.
     loop_config = TrainConfig(**{**train_config.__dict__, "prefetch": prefetch,
                                  "total_steps": total + profile_steps, "log_every": total + profile_steps})
-    loop_seconds, loop_cpu, first_step, loop_trainer, profiled = _timed_fit(model, loop_config, loop_batches,
-                                                                             warmup, dev, profile_steps)
+    loop_seconds, loop_cpu, first_step, loop_trainer, profiled = timed_fit(model, loop_config, loop_batches,
+                                                                            warmup, dev, profile_steps)
     if dev.type == "cuda":
         peak_memory, memory_kind = torch.cuda.max_memory_allocated(dev), "cuda max_memory_allocated"
     else:

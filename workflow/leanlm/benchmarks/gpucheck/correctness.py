@@ -4,7 +4,7 @@ For each twin of :mod:`.reference` (a small BERT, ~300 MLM steps; a small standa
 causal-LM steps), the leanlm model and its Hugging Face twin (:mod:`leanlm.modeling.hf_twins`) start from
 the same weights, train on the same batches with dropout 0, under bf16 autocast, through the same
 training engine (AdamW, the same schedule and clipping). Recorded: both loss curves, the time per step of
-each, and three comparisons with the tolerances they were held to:
+each (:func:`timed_losses`) and four comparisons with the tolerances they were held to:
 
 - ``logits``: each model's logits on the reference's probe row at its initial weights, under bf16 autocast,
   against the CPU fp32 ones, as ||difference|| / ||reference|| (the forward pass itself; near
@@ -25,7 +25,6 @@ mantissa (about 0.4% per rounding), and a loss is a mean over thousands of round
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import torch
@@ -48,10 +47,26 @@ def window_means(losses: list[float], windows: int = 10) -> list[float]:
     return [sum(losses[i:i + size]) / len(losses[i:i + size]) for i in range(0, len(losses) - size + 1, size)]
 
 
-def _timed_losses(model, spec, batch_at, steps: int) -> tuple[list[float], float]:
-    started = time.perf_counter()
-    losses = ref.losses_of(model, spec, batch_at, steps, "bf16")
-    return losses, 1000.0 * (time.perf_counter() - started) / steps
+def untimed_steps(steps: int) -> int:
+    """The warm-up steps left out of a twin's time per step: the first tenth of the run (at least one).
+    On CUDA the engine compiles (``compile: auto``) before step 0, and a batch of a new shape (MLM's
+    number of masked positions varies) recompiles within the first steps; the later steps are the
+    steady state."""
+    return max(1, steps // 10)
+
+
+def timed_losses(model, spec: dict[str, Any], batch_at, steps: int, device: torch.device
+                 ) -> tuple[list[float], dict[str, float | None]]:
+    """``ref.losses_of``'s per-step losses (the same engine and settings), and the time per step of the
+    steps after :func:`untimed_steps` (``ms_per_step``, the device synchronised at both ends of the window,
+    ``leanlm.benchmarks.pretraining.timed_fit``) with step 0's wall time apart (``first_step_s``: the compile
+    when compiled)."""
+    from leanlm.benchmarks.pretraining import timed_fit
+
+    seconds, _, first, trainer, _ = timed_fit(model, ref.train_config(spec, steps, "bf16"), batch_at,
+                                              untimed_steps(steps), device)
+    return [float(x) for x in trainer.state.losses[:steps]], {"ms_per_step": 1000.0 * seconds,
+                                                              "first_step_s": first}
 
 
 def compare_twin(name: str, record: dict[str, Any], tensors: dict[str, torch.Tensor],
@@ -75,8 +90,8 @@ def compare_twin(name: str, record: dict[str, Any], tensors: dict[str, torch.Ten
     probe, reference_logits = tensors["probe/ids"].long(), tensors["probe/logits"]
     logits = max(ref.relative_error(ref.probe_logits(model, probe, device, "bf16"), reference_logits)
                  for model in (ours, twin))
-    losses, ms = _timed_losses(ours, spec, batches(), steps)
-    twin_losses, twin_ms = _timed_losses(twin, spec, batches(), steps)
+    losses, timing = timed_losses(ours, spec, batches(), steps, device)
+    twin_losses, twin_timing = timed_losses(twin, spec, batches(), steps, device)
 
     reference = spec["cpu_fp32_losses"]
     vs_ref = max(ref.max_rel_diff(losses[:k], reference), ref.max_rel_diff(twin_losses[:k], reference))
@@ -88,7 +103,7 @@ def compare_twin(name: str, record: dict[str, Any], tensors: dict[str, torch.Ten
         "steps": steps, "batch_size": spec["batch_size"], "seq_len": spec["seq_len"], "model": spec["model"],
         "reference_steps": k, "rebuilt_batches_equal_stored": rebuilt_equal,
         "losses": losses, "twin_losses": twin_losses, "cpu_fp32_reference": reference,
-        "ms_per_step": ms, "twin_ms_per_step": twin_ms,
+        "timed_steps": steps - untimed_steps(steps), **timing, **{f"twin_{k}": v for k, v in twin_timing.items()},
         "window_means": mine, "twin_window_means": theirs,
         "logits": {"rel_error": logits, "tolerance": TOL_LOGITS, "ok": logits <= TOL_LOGITS},
         "vs_reference": {"max_rel_diff": vs_ref, "tolerance": TOL_REFERENCE, "ok": vs_ref <= TOL_REFERENCE},
