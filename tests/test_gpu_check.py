@@ -311,22 +311,44 @@ def test_largest_paper_micro_batch_is_the_1_7b_decoders_one_run_per_mixer():
         "ch4_1_7b-standard", "ch4_1_7b-non_approximate", "ch4_1_7b-rnd_emb_qk"]
 
 
-def test_what_travels_and_the_device_command():
-    from leanlm.benchmarks.gpucheck.bundle import device_run
+def test_what_travels_and_the_device_calls():
+    from leanlm.benchmarks.gpucheck.bundle import CALL_MARGIN_S, device_runs
     from leanlm.cli import build_parser
 
     carried = device.carried_distributions()
     assert {"jsonschema", "referencing", "rpds-py", "lm-eval", "datasets", "evaluate"} <= set(carried)
     assert not {"torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "dvc"} & set(carried)
-    call = device_run()
-    assert call["carry"] == [".gpu-bundle"] and call["timeout_s"] <= 600
-    install, _, rest = call["command"].partition("|| exit; ")
-    assert f"--target {device.SITE} .gpu-bundle/wheels/*.whl" in install and f"PYTHONPATH={device.SITE}:" in install
-    args = build_parser().parse_args(rest.split(" 2>&1")[0].split()[3:])  # after `python3 -m leanlm.cli`
-    assert (args.command, args.device, args.bundle, args.out) == ("gpu-check", "cuda", ".gpu-bundle", "$OUT")
-    assert check.budget_for(args.tiny, args.budget_s) == check.DEFAULT_BUDGET_S
-    assert call["timeout_s"] >= check.DEFAULT_BUDGET_S + 60  # the check's budget, its start and the install
-    assert json.dumps(call) in DOCS.read_text(encoding="utf-8").replace("\n", ""), "docs must show the exact call"
+    calls = device_runs()
+    budgets, covered = [], []
+    for call, sections in zip(calls, check.DEVICE_CALLS, strict=True):
+        assert call["carry"] == [".gpu-bundle"] and call["timeout_s"] <= device.COMMAND_LIMIT_S
+        install, _, rest = call["command"].partition("|| exit; ")
+        assert f"--target {device.SITE} .gpu-bundle/wheels/*.whl" in install and f"PYTHONPATH={device.SITE}:" in install
+        args = build_parser().parse_args(rest.split(" 2>&1")[0].split()[3:])  # after `python3 -m leanlm.cli`
+        assert (args.command, args.device, args.bundle, args.out) == ("gpu-check", "cuda", ".gpu-bundle", "$OUT")
+        assert check.parse_sections(args.sections) == sections and not args.tiny
+        assert args.budget_s == check.budget_for(False, None, sections) == check.section_seconds(sections)
+        assert call["timeout_s"] >= args.budget_s + CALL_MARGIN_S  # the check's budget, its start and the install
+        budgets.append(args.budget_s)
+        covered += sections
+    assert sorted(covered) == sorted(check.SECTION_NAMES)  # every section, once
+    # Both calls inside a session's device time, the machine's start and a margin with them.
+    assert device.MACHINE_START_S + sum(budgets) + CALL_MARGIN_S <= device.SESSION_DEVICE_S
+    shown = [line for line in DOCS.read_text(encoding="utf-8").splitlines() if line.startswith('{"command"')]
+    assert shown == [json.dumps(call) for call in calls], "docs/gpu-check.md must show the exact calls, in order"
+
+
+def test_make_gpu_bundle_prints_every_device_call(tmp_path):
+    from leanlm.benchmarks.gpucheck.bundle import DATA_FILE, device_runs, report
+
+    (tmp_path / DATA_FILE).write_bytes(b"data")
+    (tmp_path / "reference").mkdir()
+    printed = report({"bytes": 4, "data": {"file": DATA_FILE}, "profile": "smoke", "wheels": {}, "commit": None},
+                     tmp_path)
+    calls = device_runs(str(tmp_path))
+    assert len(calls) == len(check.DEVICE_CALLS) == 2
+    for number, call in enumerate(calls, 1):
+        assert f"call {number}:\n{json.dumps(call, indent=1)}" in printed
 
 
 def test_a_bundle_whose_archive_changed_is_refused(tmp_path):

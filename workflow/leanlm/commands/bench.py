@@ -113,13 +113,13 @@ def cmd_gpu_check(args) -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device cuda: torch {torch.__version__} sees no CUDA device here; use --device cpu "
                           f"(with --tiny, what CI runs)")
-    budget_s = budget_for(args.tiny, args.budget_s)
-    if budget_s <= 0:
-        raise ConfigError(f"--budget-s must be > 0, got {budget_s}")
     try:
         sections = parse_sections(args.sections)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    budget_s = budget_for(args.tiny, args.budget_s, sections)
+    if budget_s <= 0:
+        raise ConfigError(f"--budget-s must be > 0, got {budget_s}")
     run_check(Path(args.out), args.device, args.tiny, budget_s, sections,
               Path(args.bundle) if args.bundle else None, sys.argv[1:])
 
@@ -196,9 +196,10 @@ def add_gpu_check(sub) -> None:
                    help="every section at tiny sizes (what CI runs with --device cpu); without --bundle a tiny "
                         "bundle is made first")
     p.add_argument("--budget-s", type=float, default=None,
-                   help="seconds for the whole check, shared by the sections (default 480: about eight minutes "
-                        "on an H100, compile included; with --tiny 3600, since the tiny run checks that every "
-                        "path works, not how fast); a sub-step that would not fit is recorded as skipped")
+                   help="seconds for the whole check, shared by the sections (default: the chosen sections' "
+                        "seconds in the two device calls, docs/gpu-check.md; with --tiny 3600, since the tiny "
+                        "run checks that every path works, not how fast); a sub-step that would not fit is "
+                        "recorded as skipped")
     p.add_argument("--bundle", default=None, help="the folder `make gpu-bundle` made (default: none; sections 4 and "
                                                   "5 need one, except with --tiny)")
     p.add_argument("--sections", default=None,

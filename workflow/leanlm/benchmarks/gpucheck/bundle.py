@@ -203,9 +203,23 @@ class Bundle:
             tar.extractall(target, filter="data")  # "data": no member lands outside target
 
 
-def device_run(bundle_dir: str = DEFAULT_DIR, timeout_s: int = 570) -> dict[str, Any]:
-    """The device ``run`` call that carries the bundle and runs the check (pasted by the next session)."""
-    return {"command": dev.device_command(bundle_dir), "carry": [bundle_dir], "timeout_s": timeout_s}
+# A call's timeout beyond its check's budget: the wheels' install, Python's start, the last sub-step
+# outlasting its section (the first GPU check: 481 s for a budget of 480).
+CALL_MARGIN_S = 60
+
+
+def device_runs(bundle_dir: str = DEFAULT_DIR) -> list[dict[str, Any]]:
+    """The device ``run`` calls that carry the bundle and run the check, in order (pasted by the next
+    session): one per :data:`check.DEVICE_CALLS` entry, its sections at their default budget."""
+    from leanlm.benchmarks.gpucheck.check import DEVICE_CALLS, section_seconds
+
+    calls = []
+    for sections in DEVICE_CALLS:
+        budget = section_seconds(sections)
+        extra = f" --sections {','.join(sections)} --budget-s {budget:g}"
+        calls.append({"command": dev.device_command(bundle_dir, extra=extra), "carry": [bundle_dir],
+                      "timeout_s": int(budget + CALL_MARGIN_S)})
+    return calls
 
 
 def report(record: dict[str, Any], out: Path) -> str:
@@ -216,13 +230,16 @@ def report(record: dict[str, Any], out: Path) -> str:
         where = str(Path(out).resolve().relative_to(paths.project_root().resolve()))
     except ValueError:
         where = str(out)
-    call = device_run(where)
+    calls = device_runs(where)
     data = out / record["data"]["file"]
     wheels = f"{len(record['wheels'])} ({folder_bytes(out / 'wheels') / 2**20:.1f} MiB)" if record["wheels"] else "none"
     lines = [f"gpu-bundle: {out} is {record['bytes'] / 2**20:.1f} MiB ({record['bytes']:,} bytes; limit "
              f"{MAX_BYTES / 2**20:.0f} MiB) at commit {record.get('commit') or 'unknown'}",
              f"  data: {data.name} ({data.stat().st_size / 2**20:.1f} MiB, profile {record['profile']}); reference: "
              f"{folder_bytes(out / 'reference') / 2**20:.1f} MiB; wheels: {wheels}",
-             "", "The device call (the run tool's arguments):", json.dumps(call, indent=1)]
+             "", f"The {len(calls)} device calls (the run tool's arguments), in order, the next as soon as "
+                 f"one returns:"]
+    for number, call in enumerate(calls, 1):
+        lines += ["", f"call {number}:", json.dumps(call, indent=1)]
     return "\n".join(lines)
 

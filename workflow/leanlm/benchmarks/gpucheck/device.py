@@ -44,6 +44,13 @@ uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 DEVICE_PYTHON = "3.12"
 DEVICE_TORCH = "2.11"
 
+# What a session may spend (the device notes, 2026-11-28): 900 s of device time in all, the machine's
+# start included, and 600 s a command. The start: 48 s of the first GPU check's 529 s of device time for
+# a check of 481 s (docs/results/gpu/2026-11-28-h200), the wheels' install with it.
+SESSION_DEVICE_S = 900
+COMMAND_LIMIT_S = 600
+MACHINE_START_S = 48
+
 # Roots of what runs on the device: leanlm's own dependencies (pyproject.toml) and lm-eval (the lmeval
 # extra: ch. 4's fine-tuning families run through it). Left out, with the reason: what the check never
 # runs there.
