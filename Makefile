@@ -72,7 +72,7 @@ mutate:
 	PYTHON=$(abspath $(VENV))/bin/python JOBS=$${JOBS:-1} bash scripts/mutate.sh $(MUTANTS)
 
 # The folder a lent GPU machine's run carries (git-ignored): the smoke data, section 4's CPU fp32 reference and
-# wheels of what the device lacks; prints its size (under 40 MiB) and the exact device call (docs/gpu-check.md).
+# wheels of what the device lacks; prints its size (under 40 MiB) and the two device calls (docs/gpu-check.md).
 GPU_BUNDLE ?= .gpu-bundle
 gpu-bundle: setup
 	$(VENV)/bin/leanlm gpu-bundle --out '$(GPU_BUNDLE)'

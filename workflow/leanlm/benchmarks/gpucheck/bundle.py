@@ -223,7 +223,7 @@ def device_runs(bundle_dir: str = DEFAULT_DIR) -> list[dict[str, Any]]:
 
 
 def report(record: dict[str, Any], out: Path) -> str:
-    """What ``make gpu-bundle`` prints: the size, the contents and the exact device call."""
+    """What ``make gpu-bundle`` prints: the size, the contents and the device calls, in order."""
     from leanlm import paths
 
     try:  # carry names a path relative to the repository root
