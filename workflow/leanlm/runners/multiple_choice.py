@@ -25,7 +25,7 @@ from leanlm.training.engine import Trainer
 from leanlm.stages.finetune import (TaskBatches, TaskRunner, _load_split, finetune_train_config,
                                       held_out_metrics, task_record)
 from leanlm.training.seeding import seed_everything
-from leanlm.training.text_batches import collate, encode_examples, example_indices
+from leanlm.training.text_batches import collate, encode_examples, example_indices, padded_dims
 
 Encoded = list[tuple[list[int], list[int]]]  # one (input_ids, token_type_ids) per choice
 
@@ -67,6 +67,9 @@ class ChoiceBatches(TaskBatches):
         batch = collate_choices([self.encoded[i] for i in idx], self.pad_id)
         batch["labels"] = self.labels[idx]
         return batch
+
+    def varying_dims(self, batch: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+        return padded_dims(batch, length_dim=2)  # (B, C, L): the padded length is the last dimension
 
 
 @torch.no_grad()

@@ -48,7 +48,8 @@ from leanlm.training.hub_checkpoint import load_finetune_model, load_pretrained_
 from leanlm.training.seeding import seed_everything
 from leanlm.training.schedules import warmup_steps_from_ratio
 from leanlm.training.step_timing import InferenceClock, inference_timing
-from leanlm.training.text_batches import collate, encode_examples, example_indices, micro_batches_per_step
+from leanlm.training.text_batches import (collate, encode_examples, example_indices, micro_batches_per_step,
+                                          padded_dims)
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,10 @@ class TaskBatches:
             batch.update(self.features(batch["input_ids"]))
         batch["labels"] = self.labels[idx]
         return batch
+
+    def varying_dims(self, batch: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+        """The padded length, which torch.compile compiles as a symbol (leanlm.training.compiling)."""
+        return padded_dims(batch)
 
 
 @torch.no_grad()

@@ -73,6 +73,11 @@ class MLMBatches(PackedBatches):
         # reason (BertForMLM's masked_positions).
         return {"input_ids": inputs, "labels": labels, "masked_positions": labelled_positions(labels)}
 
+    def varying_dims(self, batch: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+        """The number of masked positions differs from batch to batch (the rows are full): compiled as a
+        symbol (leanlm.training.compiling)."""
+        return {"masked_positions": (0,)}
+
 
 class CausalLMBatches(PackedBatches):
     """Next-token prediction over packed sequences (the model shifts): nothing is masked."""

@@ -13,15 +13,28 @@ module instead, logs why at WARNING, and says so in its summary (``compiled``, `
 never a failed job for a speed option. A failure of the model itself is no compilation failure, but
 it also reaches the eager module, which then raises it with its own traceback. The probe compiles the
 shapes of the first batch, so the first step reuses that compilation rather than paying twice.
+
+Shapes that change from batch to batch (:func:`mark_varying`): dynamo compiles a graph for the sizes it
+is first called with and, when a size changes, compiles again with that dimension symbolic ("automatic
+dynamic"), once per newly changing dimension. MLM's count of masked positions changes every batch, and
+fine-tuning pads every batch to its own longest example, so those runs compiled twice, the second time
+inside the timed steps (BERT-base: tens of seconds with inductor; the first GPU check, D3 and D4). The
+batch builder knows which dimensions vary and says so (``varying_dims``); the engine marks exactly those
+dynamic before every compiled call, so the first compilation is already the symbolic one and the run
+compiles once. The fixed dimensions (the batch size, the packed length) stay static, so inductor keeps
+specialising its kernels on them, which ``torch.compile(dynamic=True)`` (every size symbolic) would give up.
+Evaluation runs the plain module, never the compiled one: its batch sizes and eval mode compile nothing.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import nn
+
+from leanlm.errors import TrainingError
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +71,30 @@ def compiled_or_eager(module: nn.Module, probe: Callable[[nn.Module], None], des
                     "profile to skip the attempt.", desc, reason)
         return module, reason
     return compiled, None
+
+
+def mark_varying(batch: Mapping[str, Any], dims: Mapping[str, Iterable[int]], where: str) -> None:
+    """Mark ``dims`` (input name -> dimensions) of ``batch``'s tensors dynamic for torch.compile: the
+    dimensions the batch builder ``where`` says differ from batch to batch (see the module docstring).
+
+    ``maybe_mark_dynamic``, not ``mark_dynamic``: where a model's code does pin a marked size (a size of
+    1, a branch on the length), dynamo specialises on it as it would unmarked, instead of failing the
+    compilation (which would send the run to the eager fallback); tests/test_recompiles.py checks that
+    the training models pin none. Marking costs an attribute on the tensor and changes no result.
+    """
+    import torch._dynamo  # only when compiling (a second to import, see compiled_or_eager)
+
+    for name, dimensions in dims.items():
+        tensor = batch.get(name)
+        if not isinstance(tensor, torch.Tensor):
+            raise TrainingError(f"{where}.varying_dims names input {name!r}, which its batch "
+                                f"{'lacks' if tensor is None else 'holds as no tensor'} (inputs: "
+                                f"{', '.join(sorted(batch))}); make the declaration match the batch")
+        for dim in dimensions:
+            if not -tensor.dim() <= dim < tensor.dim():
+                raise TrainingError(f"{where}.varying_dims marks dimension {dim} of input {name!r}, which has "
+                                    f"shape {tuple(tensor.shape)}; make the declaration match the batch")
+            torch._dynamo.maybe_mark_dynamic(tensor, dim % tensor.dim())
 
 
 def set_matmul_precision(device: torch.device, precision: str) -> str:

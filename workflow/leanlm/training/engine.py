@@ -116,6 +116,10 @@ class Trainer:
         # of the plain module.
         self.train_model: nn.Module | None = None
         self.compiled, self.compile_fallback = False, None
+        # The batch builder's ``varying_dims(batch)``, where it has one: the dimensions to compile as
+        # symbols (leanlm.training.compiling.mark_varying), marked only when the run compiles.
+        self._varying_dims = getattr(batch_at, "varying_dims", None)
+        self._mark_varying = False
         self.readback = loss_readback.LossReadback(
             self.optimizer, self.deferred_checks, self.run_dir, config.lr
         )
@@ -202,7 +206,7 @@ class Trainer:
             else:
                 batch, micro_tokens = batches.get(step, index)
             tokens += micro_tokens
-            batch = self._to_device(batch)
+            batch = self._compiled_input(self._to_device(batch))
             # Gradients are all-reduced on the last micro-batch only (DDP's no_sync for the others).
             last = micro == self.local_accum - 1
             sync = contextlib.nullcontext() if last or self.world_size == 1 else self.train_model.no_sync()
@@ -347,6 +351,7 @@ class Trainer:
         module = ddp_wrapped(self.model, self.device, self._probe) if self.world_size > 1 else self.model
         if not compiling.compile_wanted(self.config.compile, self.device):
             return module
+        self._mark_varying = self._varying_dims is not None
         module, self.compile_fallback = compiling.compiled_or_eager(module, self._probe, self.config.desc)
         self.compiled = self.compile_fallback is None
         return module
@@ -357,7 +362,7 @@ class Trainer:
         devices = [self.device.index] if self.device.type == "cuda" else []
         try:
             with torch.random.fork_rng(devices=devices):
-                batch = self._to_device(self.batch_at(self.state.step, self.rank))
+                batch = self._compiled_input(self._to_device(self.batch_at(self.state.step, self.rank)))
                 with self._autocast():
                     loss = _loss_of(module(**batch, **self.loss_only))
                 loss.backward()
@@ -365,6 +370,13 @@ class Trainer:
                 after_backward()
         finally:
             self.optimizer.zero_grad(set_to_none=True)
+
+    def _compiled_input(self, batch: dict) -> dict:
+        """``batch``, its varying dimensions marked dynamic when the run compiles (one graph for the
+        run, not one more per new size: leanlm.training.compiling's docstring says why)."""
+        if self._mark_varying:
+            compiling.mark_varying(batch, self._varying_dims(batch), type(self.batch_at).__name__)
+        return batch
 
     def _to_device(self, batch: Mapping[str, Any]) -> dict:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v

@@ -49,6 +49,13 @@ def micro_batches_per_step(grad_accum: int) -> int:
     return grad_accum
 
 
+def padded_dims(batch: dict[str, torch.Tensor], length_dim: int = 1) -> dict[str, tuple[int, ...]]:
+    """``varying_dims`` of a batch padded to its longest example (:func:`collate`): dimension
+    ``length_dim`` of every tensor that has one (ids, mask, token types, a token's hash features).
+    The batch size is fixed (``example_indices`` runs on into the next epoch), so it is not marked."""
+    return {name: (length_dim,) for name, tensor in batch.items() if tensor.dim() > length_dim}
+
+
 def read_documents(path: Path) -> list[str]:
     if not path.is_file():
         raise DataError(f"corpus split {path} is missing; run the data stage first (`snakemake data` or `dvc repro`)")

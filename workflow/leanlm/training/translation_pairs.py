@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from leanlm.errors import ConfigError, DataError
 from leanlm.io import atomic_path
 from leanlm.modeling.seq2seq import BOS_ID, EOS_ID, IGNORE_INDEX, PAD_ID, UNK_ID
-from leanlm.training.text_batches import example_indices, micro_batches_per_step
+from leanlm.training.text_batches import example_indices, micro_batches_per_step, padded_dims
 
 # Ids fixed by their order (the model's PAD_ID, UNK_ID, BOS_ID, EOS_ID).
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -186,6 +186,11 @@ class TranslationBatches:
         start = (step * self.per_step + micro) * self.batch_size
         idx = example_indices(len(self.pairs), self.seed, start, self.batch_size).tolist()
         return collate_pairs([self.pairs[i] for i in idx])
+
+    def varying_dims(self, batch: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+        """The source and target lengths (each padded to its longest): compiled as symbols
+        (leanlm.training.compiling)."""
+        return padded_dims(batch)
 
 
 @torch.no_grad()
