@@ -25,6 +25,7 @@ from torch._dynamo.backends.debugging import aot_eager
 
 from leanlm.errors import TrainingError
 from leanlm.modeling.config import ModelConfig
+from leanlm.modeling.heads import labelled_positions
 from leanlm.modeling.models import build_model
 from leanlm.objectives.shuffle_random import ShuffleRandomBatches
 from leanlm.runners.multiple_choice import ChoiceBatches
@@ -32,6 +33,7 @@ from leanlm.stages.finetune import TaskBatches, predict
 from leanlm.stages.packed_batches import CausalLMBatches, MLMBatches
 from leanlm.training import compiling
 from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.text_batches import padded_dims
 from leanlm.training.translation_pairs import TranslationBatches, collate_pairs
 
 VOCAB, SPECIAL = 96, [0, 1, 2, 3, 4]  # ids 0-4: [PAD], [UNK], [CLS], [SEP], [MASK]
@@ -43,11 +45,11 @@ class CountingBackend:
     and shape specialisation, the unit of a recompilation)."""
 
     def __init__(self):
-        self.graphs = 0
+        self.graphs, self.inner = 0, aot_eager
 
     def __call__(self, graph, example_inputs):
         self.graphs += 1
-        return aot_eager(graph, example_inputs)
+        return self.inner(graph, example_inputs)
 
 
 @pytest.fixture
@@ -207,3 +209,42 @@ def test_a_batch_builder_declaring_a_missing_input_is_an_error(backend):
 
     with pytest.raises(TrainingError, match="Declares.varying_dims names input 'attention_mask'"):
         train(model("gpt2", "causal_lm"), Declares(packed_rows(), BATCH, 1, seed=0))
+
+
+def _encoders() -> dict[str, tuple[dict, str]]:
+    """tests/test_graph_breaks.py's cases (one per code path of the matrix's models) with the BERT
+    encoder: the models whose training batches vary (MLM's masked count; every encoder is fine-tuned on
+    padded batches). The decoders train on full rows and fixed windows only; ch. 4's chunked mixers
+    (Approximate, Non-approximate) would even compile per length, splitting it into chunks."""
+    import test_graph_breaks
+
+    return {name: case for name, case in test_graph_breaks.CASES.items()
+            if case[0]["backbone"] == "bert" and case[0].get("embedding") not in test_graph_breaks.KNOWN_BREAKS}
+
+
+ENCODERS = _encoders()
+
+
+@pytest.mark.parametrize("case", list(ENCODERS))
+def test_every_encoder_compiles_one_graph_for_every_length(case, backend):
+    """Each encoder of the matrix (ch. 2's hash embeddings, ch. 3's attention variants) meets lengths
+    16, 12 and 9 with masked counts to match in one graph: no attention, embedding or mask path
+    pins the marked sizes (maybe_mark_dynamic would let it, one graph per length). Traced by dynamo
+    alone (the model code is what could pin a size; AOTAutograd's guards are the engine tests' above):
+    a third of aot_eager's time over the 25 models."""
+    import model_cases
+
+    backend.inner = lambda graph, example_inputs: graph.forward
+    fields, head = ENCODERS[case]
+    module = model_cases.build(fields, head)
+    full = model_cases.batch_for(module, head)
+    compiled = torch.compile(module, backend=compiling.BACKEND)
+    for length in (16, 12, 9):
+        batch = {k: v[:, :length].contiguous() if v.dim() > 1 else v for k, v in full.items()}
+        dims = padded_dims(batch)
+        if head == "mlm":  # as MLMBatches builds it
+            batch["masked_positions"] = labelled_positions(batch["labels"])
+            dims["masked_positions"] = (0,)
+        compiling.mark_varying(batch, dims, case)
+        compiled(**batch)["loss"].backward()
+    assert backend.graphs == 1
