@@ -111,7 +111,7 @@ def test_mlm_pretraining_compiles_once_though_the_masked_count_varies(backend):
     batches = MLMBatches(packed_rows(), SPECIAL, 4, VOCAB, BATCH, 1, 0.15, seed=0)
     assert len(shapes(batches, "masked_positions", 0)) > 2  # the shape this test is about does vary
     run = train(model("bert", "mlm"), batches)
-    assert run.compiled and backend.graphs == 1
+    assert run.compiled and backend.graphs == 1 and run.summary()["compiled_graphs"] == 1
 
 
 def test_packed_pretraining_compiles_once(backend):
@@ -159,7 +159,8 @@ def test_a_fine_tuning_family_compiles_once_per_head(backend):
     counts = []
     for num_labels in (3, 2, 2, 2, 1, 2):
         before = backend.graphs
-        assert glue_run(num_labels, encoded, evaluate_too=False).compiled
+        run = glue_run(num_labels, encoded, evaluate_too=False)
+        assert run.compiled and run.summary()["compiled_graphs"] == backend.graphs - before
         counts.append(backend.graphs - before)
     assert counts == [1, 1, 0, 0, 1, 0]
     assert backend.graphs < torch._dynamo.config.recompile_limit
@@ -248,3 +249,15 @@ def test_every_encoder_compiles_one_graph_for_every_length(case, backend):
         compiling.mark_varying(batch, dims, case)
         compiled(**batch)["loss"].backward()
     assert backend.graphs == 1
+
+
+def test_the_compiled_bench_step_compiles_once_and_says_so(backend):
+    """``leanlm bench --compile`` (the GPU check's compiled BERT-base): its step on prebuilt MLM batches
+    compiles one graph, as the loop does, and the record says how many (``compiled_graphs``), so a GPU
+    run shows a recompilation where there is one."""
+    from leanlm.benchmarks import pretraining as bench
+
+    result = bench.run_bench(size="tiny", batch_size=2, seq_len=16, steps=4, warmup=1, device="cpu", compile=True)
+    assert result["compiled"] and backend.graphs == 1
+    # The loop's trainer is served the graph the step's compiled (same code, same shapes): none of its own.
+    assert result["compiled_graphs"] == 0

@@ -97,6 +97,14 @@ def mark_varying(batch: Mapping[str, Any], dims: Mapping[str, Iterable[int]], wh
             torch._dynamo.maybe_mark_dynamic(tensor, dim % tensor.dim())
 
 
+def graphs_compiled() -> int:
+    """How many graphs dynamo has compiled in this process so far (its ``unique_graphs`` counter): the
+    difference across a run is the run's compilations, recompilations included."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 def set_matmul_precision(device: torch.device, precision: str) -> str:
     """Let float32 matmuls use TF32 tensor cores on CUDA when the run trains in fp32; returns what was
     chosen, for the log.

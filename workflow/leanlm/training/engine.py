@@ -3,7 +3,10 @@
 A run is ``Trainer(model, TrainConfig(...), batch_at, run_dir).fit()``. The engine owns the loop and
 nothing about the data: ``batch_at(step, micro)`` returns the micro-batch for optimizer step ``step``
 (0-based) and micro-batch index ``micro``. Random access by step is what makes resume exact: after a kill
-the new job reloads the checkpoint and asks for the very batches the old job would have seen next.
+the new job reloads the checkpoint and asks for the very batches the old job would have seen next. A
+``batch_at`` whose batches change shape also says which dimensions vary (``batch_at.varying_dims(batch)``,
+input name -> dimensions), which a compiled run compiles as symbols: once, not once more per new size
+(:mod:`leanlm.training.compiling`).
 
 Per optimizer step: set the learning rate from the schedule, run ``grad_accum`` forward/backward passes
 (each loss divided by ``grad_accum``, so the gradient is the mean over the micro-batches), check the loss
@@ -115,7 +118,7 @@ class Trainer:
         # the module that trains, not self.model, whose parameters, state_dict and evaluation stay those
         # of the plain module.
         self.train_model: nn.Module | None = None
-        self.compiled, self.compile_fallback = False, None
+        self.compiled, self.compile_fallback, self._graphs_before = False, None, 0
         # The batch builder's ``varying_dims(batch)``, where it has one: the dimensions to compile as
         # symbols (leanlm.training.compiling.mark_varying), marked only when the run compiles.
         self._varying_dims = getattr(batch_at, "varying_dims", None)
@@ -352,6 +355,7 @@ class Trainer:
         if not compiling.compile_wanted(self.config.compile, self.device):
             return module
         self._mark_varying = self._varying_dims is not None
+        self._graphs_before = compiling.graphs_compiled()
         module, self.compile_fallback = compiling.compiled_or_eager(module, self._probe, self.config.desc)
         self.compiled = self.compile_fallback is None
         return module
@@ -400,6 +404,9 @@ class Trainer:
             # Whether the module that trained was compiled (TrainConfig.compile), and if compiling failed, why.
             "compiled": self.compiled,
             "compile_fallback": self.compile_fallback,
+            # Graphs dynamo compiled for this run, probe included: 1 unless a shape the batch builder does not
+            # declare varying changed (0: the graphs of an earlier run in the process served it).
+            "compiled_graphs": compiling.graphs_compiled() - self._graphs_before if self.compiled else None,
         }
 
     def _autocast(self):

@@ -144,6 +144,10 @@ class TwinBatches:
     def __call__(self, step: int, micro: int) -> dict[str, torch.Tensor]:
         return self.stored[step] if step in self.stored else self.built(step, micro)
 
+    def varying_dims(self, batch: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+        """The objective's (MLM: the masked count), compiled as symbols (leanlm.training.compiling)."""
+        return self.objective.varying_dims(batch) if hasattr(self.objective, "varying_dims") else {}
+
 
 def _rows(data_dir: Path, spec: dict[str, Any], tokenizer) -> torch.Tensor:
     from leanlm.data.tokenizer import special_token_id
