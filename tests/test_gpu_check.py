@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from fake_wheels import pin_fake_wheels, write_fake_wheels
-from leanlm.benchmarks.gpucheck import check, device, record as rec
+from leanlm.benchmarks.gpucheck import check, device, protocol, record as rec
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "gpu-check.md"
@@ -320,14 +320,14 @@ def test_what_travels_and_the_device_calls():
     assert not {"torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "dvc"} & set(carried)
     calls = device_runs()
     budgets, covered = [], []
-    for call, sections in zip(calls, check.DEVICE_CALLS, strict=True):
+    for call, sections in zip(calls, protocol.DEVICE_CALLS, strict=True):
         assert call["carry"] == [".gpu-bundle"] and call["timeout_s"] <= device.COMMAND_LIMIT_S
         install, _, rest = call["command"].partition("|| exit; ")
         assert f"--target {device.SITE} .gpu-bundle/wheels/*.whl" in install and f"PYTHONPATH={device.SITE}:" in install
         args = build_parser().parse_args(rest.split(" 2>&1")[0].split()[3:])  # after `python3 -m leanlm.cli`
         assert (args.command, args.device, args.bundle, args.out) == ("gpu-check", "cuda", ".gpu-bundle", "$OUT")
         assert check.parse_sections(args.sections) == sections and not args.tiny
-        assert args.budget_s == check.budget_for(False, None, sections) == check.section_seconds(sections)
+        assert args.budget_s == check.budget_for(False, None, sections) == protocol.section_seconds(sections)
         assert call["timeout_s"] >= args.budget_s + CALL_MARGIN_S  # the check's budget, its start and the install
         budgets.append(args.budget_s)
         covered += sections
@@ -346,7 +346,7 @@ def test_make_gpu_bundle_prints_every_device_call(tmp_path):
     printed = report({"bytes": 4, "data": {"file": DATA_FILE}, "profile": "smoke", "wheels": {}, "commit": None},
                      tmp_path)
     calls = device_runs(str(tmp_path))
-    assert len(calls) == len(check.DEVICE_CALLS) == 2
+    assert len(calls) == len(protocol.DEVICE_CALLS) == 2
     for number, call in enumerate(calls, 1):
         assert f"call {number}:\n{json.dumps(call, indent=1)}" in printed
 

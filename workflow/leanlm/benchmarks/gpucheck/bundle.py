@@ -31,6 +31,7 @@ from typing import Any
 
 from leanlm.benchmarks.gpucheck import device as dev
 from leanlm.benchmarks.gpucheck.pipeline import PIPELINE_RUNS, PROFILE, leanlm_env, run_leanlm, scratch_project
+from leanlm.benchmarks.gpucheck.protocol import DEVICE_CALLS, section_seconds
 from leanlm.benchmarks.gpucheck.reference import build_reference
 from leanlm.io import sha256_file, write_json, write_text
 
@@ -210,9 +211,7 @@ CALL_MARGIN_S = 60
 
 def device_runs(bundle_dir: str = DEFAULT_DIR) -> list[dict[str, Any]]:
     """The device ``run`` calls that carry the bundle and run the check, in order (pasted by the next
-    session): one per :data:`check.DEVICE_CALLS` entry, its sections at their default budget."""
-    from leanlm.benchmarks.gpucheck.check import DEVICE_CALLS, section_seconds
-
+    session): one per :data:`protocol.DEVICE_CALLS` entry, its sections at their default budget."""
     calls = []
     for sections in DEVICE_CALLS:
         budget = section_seconds(sections)

@@ -1,8 +1,8 @@
 """``leanlm gpu-check``: the sections in priority order, each under its share of the time budget.
 
-The check runs on the device in two calls (:data:`DEVICE_CALLS`), each inside the device's ten-minute
-command limit and together inside a session's fifteen minutes of device time with the machine's start:
-sections 1-4, then the pipeline. Each section's share is its time in that protocol (:data:`SECTIONS`,
+The check runs on the device in two calls (``protocol.DEVICE_CALLS``), each inside the device's
+ten-minute command limit and together inside a session's fifteen minutes of device time with the machine's start:
+sections 1-4, then the pipeline. Each section's share is its time in that protocol (``protocol.py``,
 from the times the first GPU check measured), and a call's default budget is the sum over its sections.
 """
 
@@ -17,6 +17,7 @@ from typing import Any, Callable
 from leanlm.benchmarks.gpucheck.correctness import section_correctness
 from leanlm.benchmarks.gpucheck.environment import section_environment
 from leanlm.benchmarks.gpucheck.pipeline import section_pipeline
+from leanlm.benchmarks.gpucheck.protocol import SECTION_SECONDS, section_seconds
 from leanlm.benchmarks.gpucheck.record import CheckRecord, error_record
 from leanlm.benchmarks.gpucheck.throughput import section_bert, section_decoder
 
@@ -24,35 +25,21 @@ from leanlm.benchmarks.gpucheck.throughput import section_bert, section_decoder
 # skipped for time on a loaded machine (under CI's load the reference step alone took 2 minutes).
 TINY_BUDGET_S = 3600.0
 
-# (name, title, seconds, runner), in priority order. The seconds are each section's time in the two
-# device calls; they are its share of a budget (normalised over the sections chosen) and, summed, a
-# call's default budget. Measured on the H200 (docs/results/gpu/2026-11-28-h200): environment 33.5 s
-# (30.6 of it the SDPA kernels); bert 167.5 s with one compile (eager 8.1 + 6.4 s, compiled MHA 153.0 s);
-# decoder 55.7 s; correctness 115.2 s; pipeline 290 s for ch. 2's and ch. 3's commands (28 + 65, 57 + 87 s)
-# and 33 s of ch. 4's before its kill. So call 1 (sections 1-4, 450 s) holds one compiled BERT-base at
-# 153 s and leaves the second the rest of bert's 220 s: it runs if each compile takes ~105 s or less.
+# (name, title, seconds, runner), in priority order; the seconds are the protocol's (protocol.py).
 SECTIONS: tuple[tuple[str, str, float, Callable], ...] = (
-    ("environment", "1. environment, bf16 matmul rate, SDPA kernel of each attention variant", 40.0,
-     section_environment),
-    ("bert", "2. BERT-base MLM at 128 x 512, bf16, eager then compiled: MHA and MHE-MUL", 220.0, section_bert),
+    ("environment", "1. environment, bf16 matmul rate, SDPA kernel of each attention variant",
+     SECTION_SECONDS["environment"], section_environment),
+    ("bert", "2. BERT-base MLM at 128 x 512, bf16, eager then compiled: MHA and MHE-MUL", SECTION_SECONDS["bert"],
+     section_bert),
     ("decoder", "3. ch. 4's 500M decoder at its paper micro-batch, every mixer; the largest model after a warm "
-                "step", 65.0, section_decoder),
-    ("correctness", "4. leanlm vs its transformers twin (BERT, Qwen2), and the CPU fp32 reference", 125.0,
-     section_correctness),
-    ("pipeline", "5. leanlm pretrain and finetune, one run per chapter, on the bundle's data", 300.0,
-     section_pipeline),
+                "step", SECTION_SECONDS["decoder"], section_decoder),
+    ("correctness", "4. leanlm vs its transformers twin (BERT, Qwen2), and the CPU fp32 reference",
+     SECTION_SECONDS["correctness"], section_correctness),
+    ("pipeline", "5. leanlm pretrain and finetune, one run per chapter, on the bundle's data",
+     SECTION_SECONDS["pipeline"], section_pipeline),
 )
 SECTION_NAMES = tuple(name for name, *_ in SECTIONS)
-# The device calls, in order: each one `run` of the device tool (docs/gpu-check.md), with the default
-# budget of its sections (450 s, 300 s). A session's 900 s of device time then holds the machine's start
-# (about 45 s), both calls with their installs (about 5 s each) and the pause between them, with about a
-# minute to spare for a sub-step that outlasts its estimate.
-DEVICE_CALLS: tuple[tuple[str, ...], ...] = (("environment", "bert", "decoder", "correctness"), ("pipeline",))
-
-
-def section_seconds(sections: tuple[str, ...]) -> float:
-    """The seconds of ``sections`` in the protocol: the default budget of a check that runs them."""
-    return sum(seconds for name, _, seconds, _ in SECTIONS if name in sections)
+assert SECTION_NAMES == tuple(SECTION_SECONDS), "protocol.py and SECTIONS name the same sections in one order"
 
 
 def budget_for(tiny: bool, given: float | None, sections: tuple[str, ...] = SECTION_NAMES) -> float:
