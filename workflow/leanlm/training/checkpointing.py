@@ -253,3 +253,41 @@ def tensor_bytes(obj: Any) -> int:
     if isinstance(obj, (list, tuple)):
         return sum(tensor_bytes(v) for v in obj)
     return 0
+
+
+def save_or_explain(run_dir: str | Path, state: dict, step: int) -> None:
+    """:func:`save_checkpoint`, a failure raised as a TrainingError that says which step, where and why."""
+    from leanlm.io import write_error
+
+    where = checkpoint_dir(run_dir)
+    try:
+        save_checkpoint(run_dir, state)
+    except OSError as exc:  # full or read-only disk, permissions: say which and where
+        raise TrainingError(f"could not write the checkpoint of step {step}: {write_error(where, exc)}") from exc
+    except Exception as exc:  # torch.save reports a failed write as RuntimeError, without errno
+        raise TrainingError(f"could not write the checkpoint of step {step} into {where}: "
+                            f"{why_unwritten(Path(run_dir), state)} ({type(exc).__name__}: {exc})") from exc
+
+
+def restore(state: dict, run_dir: str | Path, config: dict, world_size: int, model: torch.nn.Module,
+            optimizer: torch.optim.Optimizer) -> tuple[TrainingState, list]:
+    """Load a checkpoint's ``state`` into ``model`` and ``optimizer``; its :class:`TrainingState` and every
+    rank's RNG streams. A checkpoint of other run-defining settings, or one that does not fit or lacks an
+    entry, is refused by name."""
+    path = checkpoint_dir(run_dir) / STATE_FILE
+    try:
+        changed = changed_settings(state, config, world_size)
+        if changed:
+            diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            raise TrainingError(
+                f"checkpoint {path} belongs to a run with other settings ({diff}); delete "
+                f"{path.parent} to start over with the new settings, or restore the old ones"
+            )
+        try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError) as exc:
+            raise corrupt(path, f"it does not fit this model/optimizer ({exc})") from exc
+        return TrainingState.from_dict(state), state["rng"]
+    except KeyError as exc:
+        raise corrupt(path, f"the entry {exc} is missing") from None

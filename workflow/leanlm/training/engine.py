@@ -42,7 +42,6 @@ from torch import nn
 from leanlm.progress import progress
 
 from leanlm.errors import ConfigError, TrainingError
-from leanlm.io import write_error
 from leanlm.modeling.models import loss_only_kwargs
 from leanlm.modeling.recompute import set_activation_checkpointing
 from leanlm.training import checkpointing, compiling, loss_readback
@@ -306,39 +305,14 @@ class Trainer:
                 "config": checkpointing.run_defining(dataclasses.asdict(self.config)),
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             }
-            where = checkpointing.checkpoint_dir(self.run_dir)
-            try:
-                checkpointing.save_checkpoint(self.run_dir, state)
-            except OSError as exc:  # full or read-only disk, permissions: say which and where
-                raise TrainingError(f"could not write the checkpoint of step {self.state.step}: "
-                                    f"{write_error(where, exc)}") from exc
-            except Exception as exc:  # torch.save reports a failed write as RuntimeError, without errno
-                raise TrainingError(
-                    f"could not write the checkpoint of step {self.state.step} into {where}: "
-                    f"{checkpointing.why_unwritten(self.run_dir, state)} ({type(exc).__name__}: {exc})"
-                ) from exc
+            checkpointing.save_or_explain(self.run_dir, state, self.state.step)
         barrier()
         self._saved_step = self.state.step
 
     def _resume(self, state: dict) -> None:
-        path = checkpointing.checkpoint_dir(self.run_dir) / checkpointing.STATE_FILE
-        try:
-            changed = checkpointing.changed_settings(state, dataclasses.asdict(self.config), self.world_size)
-            if changed:
-                diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
-                raise TrainingError(
-                    f"checkpoint {path} belongs to a run with other settings ({diff}); delete "
-                    f"{path.parent} to start over with the new settings, or restore the old ones"
-                )
-            try:
-                self.model.load_state_dict(state["model"])
-                self.optimizer.load_state_dict(state["optimizer"])
-            except (RuntimeError, ValueError) as exc:
-                raise checkpointing.corrupt(path, f"it does not fit this model/optimizer ({exc})") from exc
-            self.state = checkpointing.TrainingState.from_dict(state)
-            self._rng_to_restore = state["rng"][self.rank]
-        except KeyError as exc:
-            raise checkpointing.corrupt(path, f"the entry {exc} is missing") from None
+        self.state, rng = checkpointing.restore(state, self.run_dir, dataclasses.asdict(self.config),
+                                                self.world_size, self.model, self.optimizer)
+        self._rng_to_restore = rng[self.rank]
         self.resumed_from = self._saved_step = self.state.step
 
     def remove_checkpoint(self) -> None:
