@@ -2,8 +2,9 @@
 
 ``TrainConfig.compile`` is ``"auto"`` (the default), ``True`` or ``False``. ``"auto"`` compiles on CUDA,
 where eager mode's elementwise traffic (norms, RoPE, casts, MHE's head-embedding broadcast) costs more
-than the GEMMs, and stays eager elsewhere: on a CPU inductor needs a C++ compiler and minutes of a
-2-core machine per model, so CPU runs and tests compute exactly what they did before.
+than the GEMMs, for runs long enough to repay the compile (:data:`AUTO_MIN_STEPS`), and stays eager
+elsewhere: on a CPU inductor needs a C++ compiler and minutes of a 2-core machine per model, so CPU runs
+and tests compute exactly what they did before.
 
 torch.compile compiles lazily, at the first call. The engine therefore probes it before the first
 step (:func:`compiled_or_eager`): one forward and backward of the first micro-batch through the
@@ -48,9 +49,20 @@ def valid_compile(value: Any) -> bool:
     return value == "auto" or isinstance(value, bool)
 
 
-def compile_wanted(setting: Any, device: torch.device) -> bool:
-    """Whether a run with compile ``setting`` compiles on ``device`` ("auto": on CUDA only)."""
-    return device.type == "cuda" if setting == "auto" else bool(setting)
+# "auto" compiles a run of at least this many optimizer steps. On the H200 (docs/results/gpu/2026-11-28-h200)
+# compiling BERT-base's MLM step took 58 s and saved 27 ms a step (140.6 -> 113.4 ms at 128 x 512): it
+# repays itself after about 2,100 steps. A GLUE fine-tuning of a few hundred steps (RTE, MRPC, CoLA at the
+# paper's batch) would spend more on the compile than it saves; pretraining and MNLI-sized fine-tunings
+# (tens of thousands of steps) compile. ``compile: true`` compiles a run of any length.
+AUTO_MIN_STEPS = 2000
+
+
+def compile_wanted(setting: Any, device: torch.device, total_steps: int | None = None) -> bool:
+    """Whether a run with compile ``setting`` compiles on ``device`` ("auto": on CUDA only, and only for a
+    run of at least :data:`AUTO_MIN_STEPS` optimizer steps when ``total_steps`` is known)."""
+    if setting != "auto":
+        return bool(setting)
+    return device.type == "cuda" and (total_steps is None or total_steps >= AUTO_MIN_STEPS)
 
 
 def compiled_or_eager(module: nn.Module, probe: Callable[[nn.Module], None], desc: str

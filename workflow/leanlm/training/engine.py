@@ -326,7 +326,11 @@ class Trainer:
         """The module the loop trains: the model, wrapped in DDP on several processes, then compiled
         when the run's ``compile`` setting asks for it on this device (eager if compiling fails)."""
         module = ddp_wrapped(self.model, self.device, self._probe) if self.world_size > 1 else self.model
-        if not compiling.compile_wanted(self.config.compile, self.device):
+        if not compiling.compile_wanted(self.config.compile, self.device, self.config.total_steps):
+            if self.config.compile == "auto" and self.device.type == "cuda":
+                log.info("%s: %d steps train eagerly (compile: auto compiles runs of %d steps or more, which "
+                         "repay the compile; compile: true compiles any run)", self.config.desc,
+                         self.config.total_steps, compiling.AUTO_MIN_STEPS)
             return module
         self._mark_varying = self._varying_dims is not None
         self._graphs_before = compiling.graphs_compiled()

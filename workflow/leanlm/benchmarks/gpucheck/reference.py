@@ -71,9 +71,10 @@ def twin_spec(name: str, tiny: bool, vocab_size: int, pad_id: int) -> dict[str, 
     return {"head": spec["head"], "model": model, **run}
 
 
-def train_config(spec: dict[str, Any], steps: int, precision: str) -> TrainConfig:
+def train_config(spec: dict[str, Any], steps: int, precision: str, compile: bool | str = "auto") -> TrainConfig:
     return TrainConfig(total_steps=steps, warmup_steps=spec["reference_steps"], precision=precision,
-                       log_every=steps, progress=False, prefetch=0, desc=f"twin {spec['head']}", **TRAIN)
+                       log_every=steps, progress=False, prefetch=0, desc=f"twin {spec['head']}", compile=compile,
+                       **TRAIN)
 
 
 def build(spec: dict[str, Any], weights: dict[str, torch.Tensor] | None = None):
