@@ -142,7 +142,22 @@ def test_every_variant_is_traced():
         assert {"uniform", "hybrid"} <= {f["layout"] for f in fields if f["attention"] == name}, name
 
 
-@pytest.mark.usefixtures("two_chunks")
+@pytest.fixture(params=["cpu tables", "gpu tables"])
+def kernel_tables(request):
+    """The Taylor kernel's device-dependent choices as on this CPU (one chunk per group, no padding) and as
+    on a GPU (every chunk in one group, GEMM operands padded to 16-byte rows): the GPU's grouped backward
+    and padded features are code paths of their own (an ``out=`` into a non-contiguous slice there broke
+    the compiled graph, found in review after the first GPU check)."""
+    if request.param == "cpu tables":
+        yield request.param
+        return
+    from leanlm.memory_probe import _gpu_kernel_choices
+
+    with _gpu_kernel_choices():
+        yield request.param
+
+
+@pytest.mark.usefixtures("two_chunks", "kernel_tables")
 @pytest.mark.parametrize("case", ["ch4_uniform-approximate"])
 def test_approximate_compiles_through_aot_autograd(case):
     """Tracing is not all of compiling: AOTAutograd then functionalises the graph, forward and backward,

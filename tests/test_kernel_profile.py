@@ -32,21 +32,41 @@ def test_kinds_are_read_from_real_names(name, kind):
     assert kernel_profile.kind_of(name) == kind
 
 
-def _event(key, count, self_cpu, self_device):
-    return SimpleNamespace(key=key, count=count, self_cpu_time_total=self_cpu, self_device_time_total=self_device)
+def _event(key, count, self_cpu, self_device, device="cpu", annotation=False):
+    """A ``key_averages()`` entry as torch's profiler makes them: on CUDA, Kineto attaches each kernel's
+    time to the CPU operator that launched it too (``aten::mm`` carries its GEMM's self device time), and
+    user annotations (``record_function`` ranges, the optimizer's step) appear on both sides."""
+    from torch.autograd import DeviceType
+
+    return SimpleNamespace(key=key, count=count, self_cpu_time_total=self_cpu, self_device_time_total=self_device,
+                           device_type=DeviceType.CUDA if device == "cuda" else DeviceType.CPU,
+                           is_user_annotation=annotation)
 
 
-def test_summary_reads_device_time_on_cuda_and_cpu_time_elsewhere():
-    events = [_event("aten::mm", 4, 900.0, 0.0), _event("sm90_xmma_gemm_x", 4, 5.0, 3000.0),
-              _event("vectorized_elementwise_kernel<mul>", 8, 2.0, 1000.0), _event("aten::empty", 2, 0.0, 0.0)]
-    cuda = kernel_profile.summarise(events, steps=2, wall_s=0.004, device_type="cuda")
+EVENTS = [
+    _event("aten::mm", 4, 900.0, 3000.0),                                   # the launching op: its kernel's time
+    _event("sm90_xmma_gemm_x", 4, 0.0, 3000.0, device="cuda"),              # the kernel itself
+    _event("vectorized_elementwise_kernel<mul>", 8, 0.0, 1000.0, device="cuda"),
+    _event("aten::mul", 8, 60.0, 1000.0),
+    _event("Optimizer.step#AdamW.step", 2, 500.0, 0.0, annotation=True),    # host-side range
+    _event("ProfilerStep#1", 2, 0.0, 4000.0, device="cuda", annotation=True),  # its device-side span
+    _event("aten::empty", 2, 0.0, 0.0),
+]
+
+
+def test_summary_counts_each_kernel_once_on_cuda():
+    cuda = kernel_profile.summarise(EVENTS, steps=2, wall_s=0.004, device_type="cuda")
     assert [op["name"] for op in cuda["top"]] == ["sm90_xmma_gemm_x", "vectorized_elementwise_kernel<mul>"]
     assert cuda["busy_ms_per_step"] == pytest.approx(2.0) and cuda["wall_ms_per_step"] == pytest.approx(2.0)
     assert cuda["busy_fraction"] == pytest.approx(1.0)
     assert cuda["by_kind"]["matmul"] == {"ms_per_step": pytest.approx(1.5), "share": pytest.approx(0.75)}
     assert cuda["top"][1]["calls_per_step"] == 4
-    cpu = kernel_profile.summarise(events, steps=1, wall_s=0.002, device_type="cpu")
-    assert cpu["top"][0]["name"] == "aten::mm" and cpu["top"][0]["ms_per_step"] == pytest.approx(0.9)
+
+
+def test_summary_reads_operators_cpu_time_on_a_cpu():
+    cpu = kernel_profile.summarise(EVENTS, steps=1, wall_s=0.002, device_type="cpu")
+    assert [op["name"] for op in cpu["top"]] == ["aten::mm", "aten::mul"]  # no annotation, no kernel
+    assert cpu["top"][0]["ms_per_step"] == pytest.approx(0.9) and cpu["busy_ms_per_step"] == pytest.approx(0.96)
     assert sum(v["share"] for v in cpu["by_kind"].values()) == pytest.approx(1.0)
 
 
@@ -84,3 +104,24 @@ def test_a_negative_profile_is_refused():
 
     with pytest.raises(ConfigError, match="profile_steps=-1"):
         bench.run_bench(size="tiny", batch_size=2, seq_len=16, steps=1, device="cpu", profile_steps=-1)
+
+
+def test_the_profilers_start_up_is_in_no_window(monkeypatch):
+    """CUPTI's start-up can take a second on CUDA: neither the timed steps nor the profiled steps' wall
+    time may hold it (a profiler whose start takes 0.5 s here)."""
+    import time
+
+    import torch.profiler
+
+    real = torch.profiler.profile
+
+    class SlowStart(real):
+        def start(self):
+            time.sleep(0.5)
+            return super().start()
+
+    monkeypatch.setattr(torch.profiler, "profile", SlowStart)
+    result = bench.run_bench(size="tiny", batch_size=2, seq_len=16, steps=2, warmup=1, device="cpu", loop_only=True,
+                             profile_steps=1)
+    assert result["kernel_profile"]["wall_ms_per_step"] < 400
+    assert result["loop_ms"] < 400

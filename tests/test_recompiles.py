@@ -261,3 +261,14 @@ def test_the_compiled_bench_step_compiles_once_and_says_so(backend):
     assert result["compiled"] and backend.graphs == 1
     # The loop's trainer is served the graph the step's compiled (same code, same shapes): none of its own.
     assert result["compiled_graphs"] == 0
+
+
+def test_the_gpu_checks_compiled_loop_compiles_once(backend):
+    """The GPU check's compiled BERT sub-steps run the loop alone (``loop_only``) with a profiled step
+    after the timed ones: that loop's batch source must declare the masked count too, or the second
+    batch recompiles (the review of the first GPU fixes found 2 graphs here)."""
+    from leanlm.benchmarks import pretraining as bench
+
+    result = bench.run_bench(size="tiny", batch_size=2, seq_len=16, steps=3, warmup=1, device="cpu", compile=True,
+                             loop_only=True, profile_steps=1)
+    assert result["compiled"] and backend.graphs == 1 and result["compiled_graphs"] == 1

@@ -22,10 +22,7 @@ Kernel names are the library's (cuBLAS/CUTLASS "gemm", cuDNN "fmha", Triton "tri
 from __future__ import annotations
 
 import re
-import time
-from typing import Any, Callable
-
-import torch
+from typing import Any
 
 # (kind, pattern on the lower-cased operator or kernel name); the first match wins, so the specific
 # kinds come before "elementwise".
@@ -50,35 +47,21 @@ def kind_of(name: str) -> str:
     return "other"
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def profile_steps(run_steps: Callable[[], None], steps: int, device: torch.device) -> dict[str, Any]:
-    """Profile ``run_steps()`` (which runs ``steps`` training steps) on ``device``; the record above."""
-    from torch.profiler import ProfilerActivity, profile
-
-    if steps < 1:
-        raise ValueError(f"profile_steps needs at least one step, got {steps}")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    _synchronize(device)
-    with profile(activities=activities) as prof:
-        started = time.perf_counter()
-        run_steps()
-        _synchronize(device)
-        wall = time.perf_counter() - started
-    return summarise(prof.key_averages(), steps, wall, device.type)
-
-
 def summarise(events, steps: int, wall_s: float, device_type: str) -> dict[str, Any]:
-    """The record of :func:`profile_steps` from ``key_averages()`` events (split out to test it on
-    events of a known shape)."""
+    """The record (module docstring) of ``steps`` profiled steps that took ``wall_s`` seconds, from the
+    profiler's ``key_averages()`` events."""
+    from torch.autograd import DeviceType
+
     on_device = device_type == "cuda"
+    side = DeviceType.CUDA if on_device else DeviceType.CPU
     timed = []
     for event in events:
-        # On CUDA the kernels carry self device time and the ATen operators none of their own; on a CPU
-        # the operators' self CPU time is the time (a parent's self time excludes its children's).
+        # On CUDA only the kernels count: Kineto also attaches each kernel's time to the CPU operator that
+        # launched it, so counting operators too would count every kernel twice. On a CPU the operators'
+        # self CPU time (a parent's excludes its children's). Neither counts user annotations (ranges such
+        # as the optimizer's step or a profiler step, which span operators counted already).
+        if event.device_type != side or event.is_user_annotation:
+            continue
         micros = event.self_device_time_total if on_device else event.self_cpu_time_total
         if micros > 0:
             timed.append((event.key, int(event.count), micros / 1000.0))

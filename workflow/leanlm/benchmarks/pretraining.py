@@ -207,6 +207,20 @@ class Prebuilt:
         return self.objective.varying_dims(batch) if hasattr(self.objective, "varying_dims") else {}
 
 
+class LoopBatches:
+    """``batch_at`` of the timed loop: the objective's batches, then the profiled steps' own after ``total``;
+    varying where the objective's vary (without ``varying_dims`` a compiled loop compiles twice)."""
+
+    def __init__(self, batches, profiled, total: int):
+        self.batches, self.profiled, self.total = batches, profiled, total
+
+    def __call__(self, step: int, micro: int) -> dict:
+        return self.batches(step, micro) if step < self.total else self.profiled(step - self.total, micro)
+
+    def varying_dims(self, batch: dict) -> dict[str, tuple[int, ...]]:
+        return self.batches.varying_dims(batch) if hasattr(self.batches, "varying_dims") else {}
+
+
 def _build(model_config: ModelConfig, head: str, device: torch.device, seed: int):
     """The model, initialised on the device that trains it (on a GPU a 1.7B model initialises in
     milliseconds, on the host in a minute). FixedSeqQK's fixed text is random ids here, as the rows are
@@ -244,6 +258,7 @@ def timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, devic
     from leanlm.benchmarks import kernel_profile
 
     starts: dict[int, tuple[float, float]] = {}
+    profile_opened: list[float] = []  # the wall clock once the profiler runs (its start-up left out)
     first_profiled = config.total_steps - profile_steps
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     profiler = profile(activities=activities) if profile_steps else None
@@ -254,7 +269,9 @@ def timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, devic
         if step == first_profiled and profiler is not None:
             _synchronize(device)  # the timed steps end here, and the profile starts on an idle device
             starts.setdefault(step, _clock())
-            profiler.start()
+            profiler.start()  # CUPTI's start-up can take a second: outside both windows
+            _synchronize(device)
+            profile_opened.append(time.perf_counter())
         starts.setdefault(step, _clock())
 
     trainer = Trainer(model, config, batch_at, None, on_step_start=step_started)
@@ -265,8 +282,8 @@ def timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, devic
     profiled = None
     if profiler is not None:
         profiler.stop()
-        profiled = kernel_profile.summarise(profiler.key_averages(), profile_steps,
-                                            ended[0] - starts[first_profiled][0], device.type)
+        profiled = kernel_profile.summarise(profiler.key_averages(), profile_steps, ended[0] - profile_opened[0],
+                                            device.type)
         ended = starts[first_profiled]
     (wall, cpu), (wall0, cpu0) = ended, starts[warmup]
     timed = first_profiled - warmup
@@ -320,8 +337,7 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
     profiled_batches = (_batches(objective, model_config, packed_rows(profile_steps), batch_size, mask_prob)
                         if profile_steps else None)
 
-    def loop_batches(step: int, micro: int) -> dict[str, torch.Tensor]:
-        return batches(step, micro) if step < total else profiled_batches(step - total, micro)
+    loop_batches = LoopBatches(batches, profiled_batches, total)
 
     # 1. Batch building alone, on the host.
     pin = dev.type == "cuda"

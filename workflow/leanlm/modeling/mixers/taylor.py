@@ -175,8 +175,12 @@ def _suffix_sums(dbefore: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     groups = dbefore.size(1)
     later = torch.empty_like(dbefore)
     later[:, -1].zero_()
+    compiling = torch.compiler.is_compiling()
     for g in range(groups - 2, -1, -1):
-        torch.add(later[:, g + 1], dbefore[:, g + 1], out=later[:, g])
+        if compiling:  # dynamo refuses out= into a non-contiguous slice (later[:, g] when R > 1): a graph break
+            later[:, g] = later[:, g + 1] + dbefore[:, g + 1]
+        else:  # eager: the sum written in place, no temporary
+            torch.add(later[:, g + 1], dbefore[:, g + 1], out=later[:, g])
     return later, later[:, 0] + dbefore[:, 0]
 
 
