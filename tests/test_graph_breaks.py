@@ -182,3 +182,21 @@ def test_approximate_compiles_through_aot_autograd(case):
     torch.testing.assert_close(compiled_loss, loss)
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, eager[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_question_answering_trains_as_one_graph():
+    """SQuAD fine-tuning compiles (thousands of steps: compile: auto compiles it on CUDA). Its head's check
+    that the labelled positions lie inside the input reads a tensor back to the host, a data-dependent
+    branch dynamo cannot trace; compiled, the check is left to the loss (found in review)."""
+    from leanlm.modeling.config import ModelConfig
+    from leanlm.modeling.models import build_model
+
+    config = ModelConfig(vocab_size=64, n_layers=1, d_model=16, n_heads=2, head_dim=8, d_ff=32, max_position=16,
+                         dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(0)
+    model = build_model(config, "qa").train()
+    ids = torch.randint(4, 64, (3, 12), generator=torch.Generator().manual_seed(0))
+    batch = dict(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([[1, 3], [0, 0], [5, 11]]))
+    _traced(model, batch)
+    with pytest.raises(ValueError, match=r"positions outside 0\.\.11"):  # eager keeps its clear message
+        model(**{**batch, "labels": torch.tensor([[1, 3], [0, 0], [5, 12]])})

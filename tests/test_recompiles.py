@@ -272,3 +272,14 @@ def test_the_gpu_checks_compiled_loop_compiles_once(backend):
     result = bench.run_bench(size="tiny", batch_size=2, seq_len=16, steps=3, warmup=1, device="cpu", compile=True,
                              loop_only=True, profile_steps=1)
     assert result["compiled"] and backend.graphs == 1 and result["compiled_graphs"] == 1
+
+
+def test_span_labels_are_not_a_length():
+    """SQuAD's labels are (B, 2) start and end positions: dimension 1 is no padded length, so only the
+    inputs are declared varying (found in review)."""
+    from leanlm.stages.finetune import TaskBatches
+
+    batch = {"input_ids": torch.zeros(2, 9, dtype=torch.long), "attention_mask": torch.ones(2, 9, dtype=torch.long),
+             "token_type_ids": torch.zeros(2, 9, dtype=torch.long), "labels": torch.tensor([[1, 2], [3, 4]])}
+    assert TaskBatches.varying_dims(None, batch) == {"input_ids": (1,), "attention_mask": (1,),
+                                                     "token_type_ids": (1,)}

@@ -52,7 +52,10 @@ class BertForQuestionAnswering(nn.Module):
             if labels.ndim != 2 or labels.size(-1) != 2:
                 raise ValueError(f"labels must be (batch, 2) start/end positions, got shape {tuple(labels.shape)}")
             length = logits.size(1)
-            if bool(((labels < 0) | (labels >= length)).any()):
+            # Eager only: the check reads a tensor back to the host, a branch dynamo cannot trace (one
+            # graph break per step of a compiled SQuAD run); compiled, cross-entropy's own bounds check
+            # still refuses such a position (on CUDA as a device-side assert, without this message).
+            if not torch.compiler.is_compiling() and bool(((labels < 0) | (labels >= length)).any()):
                 raise ValueError(f"labels hold positions outside 0..{length - 1} (the input length)")
             # (B, L, 2) is (batch, classes = positions, 2): start and end cross-entropies at once,
             # averaged over both and the batch.

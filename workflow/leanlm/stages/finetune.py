@@ -92,8 +92,9 @@ class TaskBatches:
         return batch
 
     def varying_dims(self, batch: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
-        """The padded length, which torch.compile compiles as a symbol (leanlm.training.compiling)."""
-        return padded_dims(batch)
+        """The padded length, which torch.compile compiles as a symbol (leanlm.training.compiling); not in
+        the labels, which are per example (a class, a score, SQuAD's (B, 2) start and end)."""
+        return padded_dims({name: tensor for name, tensor in batch.items() if name != "labels"})
 
 
 @torch.no_grad()
