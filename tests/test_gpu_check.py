@@ -334,6 +334,10 @@ def test_what_travels_and_the_device_calls():
     assert sorted(covered) == sorted(check.SECTION_NAMES)  # every section, once
     # Both calls inside a session's device time, the machine's start and a margin with them.
     assert device.MACHINE_START_S + sum(budgets) + CALL_MARGIN_S <= device.SESSION_DEVICE_S
+    # And at their timeouts: a call that runs to its timeout still leaves the next its whole time, with
+    # the 30 s the machine waits idle for it (found in review: 48 + 510 + 360 s was over 900).
+    calls = device_runs()
+    assert device.MACHINE_START_S + sum(c["timeout_s"] for c in calls) + device.IDLE_RELEASE_S <= device.SESSION_DEVICE_S
     shown = [line for line in DOCS.read_text(encoding="utf-8").splitlines() if line.startswith('{"command"')]
     assert shown == [json.dumps(call) for call in calls], "docs/gpu-check.md must show the exact calls, in order"
 

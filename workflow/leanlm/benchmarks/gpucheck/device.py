@@ -50,6 +50,9 @@ DEVICE_TORCH = "2.11"
 SESSION_DEVICE_S = 900
 COMMAND_LIMIT_S = 600
 MACHINE_START_S = 48
+# A warm machine is given back after 30 s idle (the device tool's idle_release_s): the second call must
+# follow the first within it, or it pays a new start.
+IDLE_RELEASE_S = 30
 
 # Roots of what runs on the device: leanlm's own dependencies (pyproject.toml) and lm-eval (the lmeval
 # extra: ch. 4's fine-tuning families run through it). Left out, with the reason: what the check never
