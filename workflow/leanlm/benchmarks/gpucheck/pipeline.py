@@ -29,8 +29,8 @@ from typing import Any
 
 from leanlm.benchmarks.gpucheck.record import OutOfBudget
 
-# Ch. 4 first: the first GPU check ran ch. 2's and ch. 3's runs to the end (28 + 65 s and 57 + 87 s on the
-# H200, call-2) and killed ch. 4's pretraining after 33 s; a section of 300 s holds one chapter's
+# Ch. 4 first: the first GPU check ran ch. 2's and ch. 3's runs to the end (28 + 74 s and 57 + 98 s of wall time on
+# the H200, call-2) and killed ch. 4's pretraining after 33 s; a section of 300 s holds one chapter's
 # commands and most of a second's, so the run no GPU has finished goes first.
 PIPELINE_RUNS = (("ch4_hybrid-approximate", "lm_eval"), ("ch2_hashformers-md5_proj", "glue"),
                  ("ch3_encoder-mhe_mul", "glue"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 # the sections chosen) and, summed, a call's default budget. Measured on the H200
 # (docs/results/gpu/2026-11-28-h200): environment 33.5 s (30.6 of it the SDPA kernels); bert 167.5 s with
 # one compile (eager 8.1 + 6.4 s, compiled MHA 153.0 s); decoder 55.7 s; correctness 115.2 s; pipeline
-# 290 s for ch. 2's and ch. 3's commands (28 + 65, 57 + 87 s) and 33 s of ch. 4's before its kill. So call 1
+# 290 s for ch. 2's and ch. 3's commands (28 + 74, 57 + 98 s of wall time) and 33 s of ch. 4's before its kill. So call 1
 # (sections 1-4, 450 s) holds one compiled BERT-base at 153 s and leaves the second the rest of bert's
 # 220 s: it runs if each compile takes ~105 s or less.
 SECTION_SECONDS: dict[str, float] = {"environment": 40.0, "bert": 220.0, "decoder": 65.0, "correctness": 125.0,
