@@ -153,7 +153,8 @@ def not_run_reason(part: Part, config: dict, profile_runs: Mapping[str, frozense
     from the profile alone, before any result is read."""
     # a subset narrows the profile's experiments, runs and families: say so, as the whole profile may run them
     subset = f" (subset {config['subset']})" if config.get("subset") else ""
-    absent = sorted(r for side in (part.a, part.b) for r in side.runs if r not in profile_runs)
+    # each run once: a `varies` precondition reads one run, its side A and B alike
+    absent = sorted({r for side in (part.a, part.b) for r in side.runs if r not in profile_runs})
     if absent:
         return f"not run at this profile{subset}: {', '.join(absent)}"
     # never a result left on disk by another run of the profile: only what this one makes
