@@ -256,12 +256,12 @@ def test_the_twin_comparison_fails_a_twin_that_computes_something_else(tiny_refe
 def test_the_twins_time_per_step_leaves_out_the_compile_and_the_warm_up(tiny_reference, monkeypatch):
     """``ms_per_step`` is the steady state, for leanlm and the twin alike: a slow step 0 (as torch.compile
     makes it) lands in ``first_step_s``, and the timed window opens on a synchronised device."""
-    from leanlm.benchmarks import pretraining
+    from leanlm.benchmarks import timing
     from leanlm.benchmarks.gpucheck import correctness, reference
 
     clock, synced = FakeClock(), []
-    monkeypatch.setattr(pretraining, "_clock", lambda: (clock.now, clock.now))
-    monkeypatch.setattr(pretraining, "_synchronize", lambda device: synced.append(clock.now))
+    monkeypatch.setattr(timing, "clock", lambda: (clock.now, clock.now))
+    monkeypatch.setattr(timing, "_synchronize", lambda device: synced.append(clock.now))
     batch_at = reference.TwinBatches.__call__
 
     def slow_first_step(self, step, micro):

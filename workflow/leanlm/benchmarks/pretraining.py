@@ -45,8 +45,7 @@ CPU (no peak is known for it) or on a GPU missing from the table.
 from __future__ import annotations
 
 import resource
-import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -60,9 +59,10 @@ from leanlm.modeling.counting import (
 )
 from leanlm.modeling.heads import BertForMLM
 from leanlm.modeling.models import build_model
-from leanlm.training.engine import TrainConfig, Trainer
+from leanlm.training.engine import TrainConfig
 from leanlm.training.prefetch import count_tokens, pinned
 from leanlm.stages.packed_batches import CausalLMBatches, MLMBatches
+from leanlm.benchmarks.timing import LoopBatches, Prebuilt, clock, timed_fit
 
 # Dense (no sparsity) peak FLOP/s by precision, from NVIDIA's data sheets (the "Tensor Core" rows, whose
 # starred values assume 2:4 sparsity and are halved here; FP32 is the non-tensor-core row):
@@ -164,11 +164,6 @@ def _resolve(device: str, dtype: str) -> tuple[torch.device, str]:
     return dev, PRECISIONS[dtype]
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _model_from_run(params: str, run_id: str):
     """(model config, head, objective, the run's pretraining settings) of ``run_id`` in profile ``params``."""
     from leanlm.budget import _HEADS, _vocab_rows
@@ -193,34 +188,6 @@ def _batches(objective: str, model_config: ModelConfig, rows: torch.Tensor, batc
     return CausalLMBatches(rows, batch_size=batch_size, grad_accum=1, seed=0)
 
 
-class Prebuilt:
-    """``batch_at`` over batches built beforehand, varying where the objective's batches vary (MLM's masked
-    count: compiled as a symbol, leanlm.training.compiling, or a compiled step would compile twice)."""
-
-    def __init__(self, built: list[dict], objective):
-        self.built, self.objective = built, objective
-
-    def __call__(self, step: int, micro: int) -> dict:
-        return self.built[step]
-
-    def varying_dims(self, batch: dict) -> dict[str, tuple[int, ...]]:
-        return self.objective.varying_dims(batch) if hasattr(self.objective, "varying_dims") else {}
-
-
-class LoopBatches:
-    """``batch_at`` of the timed loop: the objective's batches, then the profiled steps' own after ``total``;
-    varying where the objective's vary (without ``varying_dims`` a compiled loop compiles twice)."""
-
-    def __init__(self, batches, profiled, total: int):
-        self.batches, self.profiled, self.total = batches, profiled, total
-
-    def __call__(self, step: int, micro: int) -> dict:
-        return self.batches(step, micro) if step < self.total else self.profiled(step - self.total, micro)
-
-    def varying_dims(self, batch: dict) -> dict[str, tuple[int, ...]]:
-        return self.batches.varying_dims(batch) if hasattr(self.batches, "varying_dims") else {}
-
-
 def _build(model_config: ModelConfig, head: str, device: torch.device, seed: int):
     """The model, initialised on the device that trains it (on a GPU a 1.7B model initialises in
     milliseconds, on the host in a minute). FixedSeqQK's fixed text is random ids here, as the rows are
@@ -233,62 +200,6 @@ def _build(model_config: ModelConfig, head: str, device: torch.device, seed: int
         model.set_fixed_sequence(torch.randint(SPECIAL_IDS, model_config.vocab_size, (model_config.max_position,),
                                                generator=gen))
     return model
-
-
-def _clock() -> tuple[float, float]:
-    """(wall, process CPU) seconds; CPU time counts every thread of the process, the prefetcher's too."""
-    return time.perf_counter(), time.process_time()
-
-
-def timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, device: torch.device,
-               profile_steps: int = 0) -> tuple[float, float, float | None, Trainer, dict[str, Any] | None]:
-    """(wall, CPU) seconds per step of a Trainer run over ``batch_at``, from the start of step ``warmup``
-    to the start of the profiled steps (the end without them); the wall seconds of step 0 with what fit
-    does before it (to the start of step 1: the engine's compile probe, where torch.compile compiles,
-    runs before step 0); the trainer; and with ``profile_steps`` the last steps' kernel profile
-    (:mod:`leanlm.benchmarks.kernel_profile`), taken in the same run so that nothing compiles twice.
-
-    The device is synchronised before each clock reading that bounds a window: at the start of step 1
-    and of step ``warmup`` (within the warm-up), of the profiled steps, and at the end. The engine does
-    not wait for the device between steps, so on CUDA the host runs ahead: without the sync where the
-    timed window opens, the window held the device's work on the warm-up steps the host had queued (one
-    warm-up step and one timed step measured mostly the warm-up step)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from leanlm.benchmarks import kernel_profile
-
-    starts: dict[int, tuple[float, float]] = {}
-    profile_opened: list[float] = []  # the wall clock once the profiler runs (its start-up left out)
-    first_profiled = config.total_steps - profile_steps
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    profiler = profile(activities=activities) if profile_steps else None
-
-    def step_started(step: int) -> None:
-        if step in (1, warmup) and step <= warmup:
-            _synchronize(device)  # a window opens here: the warm-up's queued work is done first
-        if step == first_profiled and profiler is not None:
-            _synchronize(device)  # the timed steps end here, and the profile starts on an idle device
-            starts.setdefault(step, _clock())
-            profiler.start()  # CUPTI's start-up can take a second: outside both windows
-            _synchronize(device)
-            profile_opened.append(time.perf_counter())
-        starts.setdefault(step, _clock())
-
-    trainer = Trainer(model, config, batch_at, None, on_step_start=step_started)
-    fit_started = _clock()
-    trainer.fit()  # reads the losses back at the end: the device has finished
-    _synchronize(device)
-    ended = _clock()
-    profiled = None
-    if profiler is not None:
-        profiler.stop()
-        profiled = kernel_profile.summarise(profiler.key_averages(), profile_steps, ended[0] - profile_opened[0],
-                                            device.type)
-        ended = starts[first_profiled]
-    (wall, cpu), (wall0, cpu0) = ended, starts[warmup]
-    timed = first_profiled - warmup
-    first = starts[1][0] - fit_started[0] if 1 in starts else None
-    return (wall - wall0) / timed, (cpu - cpu0) / timed, first, trainer, profiled
 
 
 def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, seq_len: int = 128,
@@ -341,14 +252,14 @@ def run_bench(size: str = "base", attention: str = "mha", batch_size: int = 32, 
 
     # 1. Batch building alone, on the host.
     pin = dev.type == "cuda"
-    built, started = [], _clock()
+    built, started = [], clock()
     for step in range(total):
         if step == warmup:
-            started = _clock()
+            started = clock()
         batch = batches(step, 0)
         count_tokens(batch)
         built.append(pinned(batch) if pin else batch)
-    ended = _clock()
+    ended = clock()
     batch_seconds, batch_cpu = (ended[0] - started[0]) / steps, (ended[1] - started[1]) / steps
     head_fields = {"model": label, "run": run, "size": None if run else size, "attention": model_config.attention,
                    "objective": objective, "batch_size": batch_size, "seq_len": seq_len, "steps": steps,

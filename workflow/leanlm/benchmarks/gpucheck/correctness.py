@@ -59,9 +59,9 @@ def timed_losses(model, spec: dict[str, Any], batch_at, steps: int, device: torc
                  ) -> tuple[list[float], dict[str, float | None]]:
     """``ref.losses_of``'s per-step losses (the same engine and settings), and the time per step of the
     steps after :func:`untimed_steps` (``ms_per_step``, the device synchronised at both ends of the window,
-    ``leanlm.benchmarks.pretraining.timed_fit``) with step 0's wall time apart (``first_step_s``: the compile
+    ``leanlm.benchmarks.timing.timed_fit``) with step 0's wall time apart (``first_step_s``: the compile
     when compiled)."""
-    from leanlm.benchmarks.pretraining import timed_fit
+    from leanlm.benchmarks.timing import timed_fit
 
     # Compiled on CUDA, as a paper run trains (its 300 steps are too few for compile: auto to compile).
     config = ref.train_config(spec, steps, "bf16", compile=device.type == "cuda")
