@@ -270,3 +270,96 @@ def test_the_end_of_run_line_names_the_deciding_parts_effect_and_interval(scratc
     # the verdict with its pretraining runs (smoke pretrains once), then the part it rests on
     assert line.split() == ["ch2_clear_win", "supported,", "one", "pretraining", "run", "part", "1/1:", "effect", f"{row['estimate']:.3g}",
                             f"[{row['low']:.3g},", f"{row['high']:.3g}]", "(difference)"]
+
+
+# --------------------------------------------------------------------------- `tasks: each` and its preconditions
+CLEAR_WIN = [["ch2_hashformers-lsh_add", "ch2_hashformers-md5_add"]]
+REFERENCE_VARIES = {"varies": "ch2_hashformers-bert_mlm", "reason": "The reference's predictions must vary."}
+REFERENCE_ABOVE = {"a": "ch2_hashformers-bert_mlm", "b": {"baseline": "majority"}, "test": "better",
+                   "reason": "The reference must beat the Majority row."}
+
+
+def _learned_but(task):
+    """Predictions right on nine examples in ten (wrong or off by one on the tenth: a perfect model's interval
+    has no width), except on ``task``, where they are one class for every example."""
+    return lambda spec, ref: _one_class(spec, ref) if spec.name == task else _learned(spec, ref)
+
+
+def _learned(spec, ref):
+    if spec.label_kind == "regression":
+        return [r + 1.0 if i % 10 == 0 else r for i, r in enumerate(ref)]
+    return [(r + 1) % spec.num_labels if i % 10 == 0 else r for i, r in enumerate(ref)]
+
+
+def _each_task_runs(root, failing="qnli"):
+    """A clear win on every GLUE task, and a reference that learned every task but ``failing``, where it
+    answers one class for every example (at Majority, never above it)."""
+    config = _config(root)
+    tasks = config["finetune"]["glue"]["tasks"]
+    _write_run(root, config, "ch2_hashformers-lsh_add", 0.85, tasks=tasks)
+    _write_run(root, config, "ch2_hashformers-md5_add", 0.55, tasks=tasks)
+    _write_run(root, config, "ch2_hashformers-bert_mlm", 0.9, tasks=tasks, predict=_learned_but(failing))
+    return config, tasks
+
+
+def test_a_part_per_task_is_guarded_on_its_own_task(scratch_root):
+    """With ``tasks: each``, a precondition that takes the part's tasks is judged on the part's one task:
+    the reference failing on QNLI makes the QNLI part untestable and no other (judged on every task, or
+    remembered from another task's part, it would make all of them untestable, or none)."""
+    config, tasks = _each_task_runs(scratch_root)
+    assert tasks.index("qnli") > 0  # a part judged before QNLI's: a precondition remembered across tasks shows
+    path = _claims_file(scratch_root, [
+        {**BASE, "id": "ch2_each_varies", "tasks": "each", "pairs": CLEAR_WIN, "requires": ["reference_varies"]},
+        {**BASE, "id": "ch2_each_above", "tasks": "each", "pairs": CLEAR_WIN, "requires": ["reference_above"]},
+    ], {"reference_varies": REFERENCE_VARIES, "reference_above": REFERENCE_ABOVE})
+    results = _evaluate(scratch_root, path)
+    for result in results:
+        verdicts = {p.label.split("(")[-1].rstrip(")"): p.verdict for p in result.parts}
+        assert verdicts == {t: UNTESTABLE if t == "qnli" else SUPPORTED for t in tasks}, (result.claim.id, verdicts)
+        (qnli,) = [p for p in result.parts if p.label.endswith("(qnli)")]
+        assert "(ch2_hashformers-bert_mlm" in qnli.reason and " on glue (qnli)) is " in qnli.reason, qnli.reason
+    varies, above = (r.parts[tasks.index("qnli")].reason for r in results)
+    assert "is contradicted: ch2_hashformers-bert_mlm predicts one value for every example of qnli (always" in varies
+    assert "is inconclusive: effect 0 [" in above  # at the Majority row, not above it
+
+
+def test_a_precondition_with_tasks_of_its_own_guards_every_part_per_task_on_those(scratch_root):
+    """A precondition naming its tasks is judged on them whatever the guarded part's task: the reference
+    learned SST-2, so every part is judged, that of the one task where it fails too (the first task: a
+    precondition judged on the part's task would be remembered for the others)."""
+    config, tasks = _each_task_runs(scratch_root, failing=_config(scratch_root)["finetune"]["glue"]["tasks"][0])
+    assert tasks[0] != "sst2"
+    path = _claims_file(scratch_root, [
+        {**BASE, "id": "ch2_each_on_sst2", "tasks": "each", "pairs": CLEAR_WIN,
+         "requires": ["reference_varies_on_sst2", "reference_above_on_sst2"]},
+    ], {"reference_varies_on_sst2": {**REFERENCE_VARIES, "tasks": ["sst2"]},
+        "reference_above_on_sst2": {**REFERENCE_ABOVE, "tasks": ["sst2"]}})
+    (result,) = _evaluate(scratch_root, path)
+    assert [p.verdict for p in result.parts] == [SUPPORTED] * len(tasks), [(p.label, p.reason) for p in result.parts]
+    assert all(len(p.checked) == 2 and all(": supported" in c for c in p.checked) for p in result.parts)
+
+
+def test_a_part_judged_alone_checks_its_preconditions_as_within_a_claim(scratch_root, monkeypatch):
+    """``evaluate_part`` without a memo (a part judged on its own) gives the verdict ``evaluate_claim`` gives;
+    within one evaluation, a precondition several claims share is judged once."""
+    from leanlm.claims import verdicts
+    from leanlm.claims.report import evaluate_all
+    from leanlm.claims.results import Results
+    from leanlm.runs import runs
+
+    config, tasks = _each_task_runs(scratch_root)
+    path = _claims_file(scratch_root, [
+        {**BASE, "id": f"ch2_average_{i}", "pairs": CLEAR_WIN, "requires": ["reference_varies"]} for i in (1, 2)
+    ], {"reference_varies": REFERENCE_VARIES})
+    judged = []
+    real = verdicts._predictions_vary
+    monkeypatch.setattr(verdicts, "_predictions_vary", lambda *a: judged.append(a[0]) or real(*a))
+    first, second = evaluate_all(config, draws=300, claims_file=path)
+    assert len(judged) == 1  # the second claim's part reads the first one's precondition
+    assert first.verdict == second.verdict == UNTESTABLE and "qnli (always" in first.parts[0].reason
+
+    (part,) = load_claims(path)[0].parts
+    profile_runs = {run.run_id: frozenset(run.finetune) for run in runs(config)}
+    alone = verdicts.evaluate_part(part, config, profile_runs, draws=300, results=Results(config))
+    assert (alone.verdict, alone.reason) == (first.parts[0].verdict, first.parts[0].reason)
+    assert len(judged) == 2

@@ -62,7 +62,8 @@ def timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, devic
     (:mod:`leanlm.benchmarks.kernel_profile`), taken in the same run so that nothing compiles twice.
 
     The device is synchronised before each clock reading that bounds a window: at the start of step 1
-    and of step ``warmup`` (within the warm-up), of the profiled steps, and at the end. The engine does
+    (the end of ``first_step_s``, with or without a warm-up) and of step ``warmup``, of the profiled steps,
+    and at the end. The engine does
     not wait for the device between steps, so on CUDA the host runs ahead: without the sync where the
     timed window opens, the window held the device's work on the warm-up steps the host had queued (one
     warm-up step and one timed step measured mostly the warm-up step)."""
@@ -77,8 +78,10 @@ def timed_fit(model, config: TrainConfig, batch_at: Callable, warmup: int, devic
     profiler = profile(activities=activities) if profile_steps else None
 
     def step_started(step: int) -> None:
-        if step in (1, warmup) and step <= warmup:
-            _synchronize(device)  # a window opens here: the warm-up's queued work is done first
+        if step == 1 or step == warmup:
+            # A window opens or closes here: step 0's and the warm-up's queued work is done first. With no
+            # warm-up, step 1 lies inside the timed window; one sync there costs it one step's host run-ahead.
+            _synchronize(device)
         if step == first_profiled and profiler is not None:
             _synchronize(device)  # the timed steps end here, and the profile starts on an idle device
             starts.setdefault(step, clock())

@@ -105,7 +105,7 @@ def evaluate_all(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Pa
     profile_runs = {run.run_id: frozenset(run.finetune) for run in runs(config)}
     reader = Results(config)  # every record checked once, before any claim uses it (leanlm.claims.results)
     memo: dict = {}  # preconditions shared by several claims are judged once
-    return [evaluate_claim(claim, config["profile"], config, profile_runs, draws=draws, reader=reader, memo=memo)
+    return [evaluate_claim(claim, config, profile_runs, draws=draws, reader=reader, memo=memo)
             for claim in load_claims(claims_file)]
 
 

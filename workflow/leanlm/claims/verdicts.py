@@ -164,7 +164,7 @@ def not_run_reason(part: Part, config: dict, profile_runs: Mapping[str, frozense
     return ""
 
 
-def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
+def evaluate_part(part: Part, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
                   tasks: list[str] | None = None, draws: int = DEFAULT_DRAWS, seed: int = 0,
                   results: res.Results | None = None, memo: dict | None = None, level: float = LEVEL) -> PartResult:
     """``profile_runs``: the profile's runs, each with the fine-tuning families it runs (or a set of ids);
@@ -179,7 +179,7 @@ def evaluate_part(part: Part, profile: str, config: dict, profile_runs: Mapping[
     results = results if results is not None else res.Results(config)
     checked, unmet = [], None
     for cond in part.conditions:
-        held = _precondition(cond, part, profile, config, profile_runs, tasks, draws, results, memo)
+        held = _precondition(cond, part, config, profile_runs, tasks, draws, results, memo)
         checked.append(f"{cond.name}: {held.verdict}" + (f" ({_summary(held)})" if held.interval else
                                                          f" ({held.reason})" if held.reason else ""))
         if held.verdict != SUPPORTED and unmet is None:
@@ -227,7 +227,7 @@ def _summary(result: PartResult) -> str:
     return f"effect {iv.estimate:.4g} [{iv.low:.4g}, {iv.high:.4g}] ({iv.basis}), allowed {result.part.region}"
 
 
-def _precondition(cond, guarded: Part, profile: str, config: dict, profile_runs, tasks, draws: int,
+def _precondition(cond, guarded: Part, config: dict, profile_runs, tasks, draws: int,
                   results: res.Results, memo: dict | None) -> PartResult:
     """The precondition's own verdict for the guarded part (with the part's tasks where it takes them)."""
     own = cond.part
@@ -239,7 +239,7 @@ def _precondition(cond, guarded: Part, profile: str, config: dict, profile_runs,
     if cond.kind == "varies":
         held = _predictions_vary(own, config, profile_runs, own_tasks, results)
     else:
-        held = evaluate_part(own, profile, config, profile_runs, own_tasks, draws=draws, seed=0, results=results)
+        held = evaluate_part(own, config, profile_runs, own_tasks, draws=draws, seed=0, results=results)
     if memo is not None:
         memo[key] = held
     return held
@@ -290,7 +290,7 @@ def _predictions_vary(part: Part, config: dict, profile_runs, tasks: list[str] |
     return PartResult(part, label, SUPPORTED, reason=f"{run}'s predictions vary on every task")
 
 
-def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
+def evaluate_claim(claim: Claim, config: dict, profile_runs: Mapping[str, frozenset[str]] | set[str],
                    draws: int = DEFAULT_DRAWS, reader: res.Results | None = None, memo: dict | None = None) -> ClaimResult:
     """Every part of the claim (``tasks: each`` gives one per task) and the claim's verdict. The parts the
     profile runs share the claim's 5% error: each part's interval is a simultaneous one, at level
@@ -316,7 +316,7 @@ def evaluate_claim(claim: Claim, profile: str, config: dict, profile_runs: Mappi
             results.append(None)
     level = simultaneous_level(sum(not not_run_reason(part, config, profile_runs) for _, _, part, _ in planned))
     for slot, i, part, tasks in planned:
-        results[slot] = evaluate_part(part, profile, config, profile_runs, tasks, draws=draws, seed=i,
+        results[slot] = evaluate_part(part, config, profile_runs, tasks, draws=draws, seed=i,
                                       results=reader, memo=memo, level=level)
     outcome = combine([r.verdict for r in results], claim.quantifier)
     if outcome == NOT_RUN and not results:
