@@ -31,6 +31,7 @@ from typing import Any
 
 from leanlm import paths
 from leanlm.errors import ConfigError
+from leanlm.fixed_files import files_fixed
 from leanlm.runs import FAMILY_READING_OBJECTIVES, PRETRAIN_SEED, absent_runs, evaluated_run_id
 from leanlm.schemas import read_params_yaml as _read_yaml
 from leanlm.schemas import schema as _schema
@@ -61,7 +62,15 @@ def load_matrix(directory: Path | None = None) -> dict:
 def load_config(params_file: str | Path | None = None, subset: str | None = None) -> dict:
     """Read, validate and resolve a profile. ``None`` means the default profile, params/smoke.yaml.
     ``subset`` names one of the profile's ``subsets``: the profile's settings, only those experiments (and,
-    where the subset says so, only some of an experiment's fine-tuning families)."""
+    where the subset says so, only some of an experiment's fine-tuning families).
+
+    One pass over unchanging files (:func:`leanlm.fixed_files.files_fixed`): the checks of every run ask the
+    file system the same questions, answered once per call."""
+    with files_fixed():
+        return _load_config(params_file, subset)
+
+
+def _load_config(params_file: str | Path | None, subset: str | None) -> dict:
     path = Path(params_file) if params_file else paths.params_dir() / "smoke.yaml"
     if not path.is_absolute():
         path = paths.project_root() / path

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from leanlm.fixed_files import once
+
 ROOT_ENV = "LEANLM_ROOT"
 
 
@@ -26,6 +28,12 @@ def is_project(folder: Path) -> bool:
 
 
 def project_root() -> Path:
+    """``$LEANLM_ROOT``, else the nearest folder at or above the working directory that holds a project, else the
+    one around the package, else the working directory (found once per pass over unchanging files)."""
+    return once(("project root", os.environ.get(ROOT_ENV), os.getcwd()), _find_project_root)
+
+
+def _find_project_root() -> Path:
     env = os.environ.get(ROOT_ENV)
     if env:
         return Path(env).resolve()

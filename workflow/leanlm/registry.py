@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
 from leanlm.errors import ConfigError
+from leanlm.fixed_files import once
 
 T = TypeVar("T")
 
@@ -89,7 +90,8 @@ class DottedRegistry(Generic[T]):
         self.within = within  # the package every target must lie in (resolve)
 
     def targets(self) -> dict[str, str]:
-        return self._targets()
+        # read once per pass over unchanging files (a profile's checks ask ~1,000 times: leanlm.fixed_files)
+        return once(("registry", id(self)), self._targets)
 
     def target(self, name: str) -> str:
         targets = self.targets()

@@ -27,6 +27,7 @@ from typing import Any
 from leanlm import paths
 from leanlm.io import read_yaml
 from leanlm.errors import ConfigError
+from leanlm.fixed_files import once
 from leanlm.registry import Registry
 
 INPUT_SHAPES = ("single", "pair", "multiple_choice", "span_qa", "seq2seq", "lm")
@@ -169,6 +170,10 @@ def _load(files: tuple[tuple[str, int], ...]) -> tuple[Registry, dict[str, list[
 
 
 def _registry() -> tuple[Registry, dict[str, list[str]]]:
+    return once(("tasks", str(tasks_file())), _read_registry)  # once per pass over unchanging files
+
+
+def _read_registry() -> tuple[Registry, dict[str, list[str]]]:
     directory = tasks_file()
     files = sorted(directory.glob("*.yaml")) if directory.is_dir() else []
     if not files:

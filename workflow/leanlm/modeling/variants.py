@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar, Mapping
 from pathlib import Path
 
 from leanlm.errors import ConfigError
+from leanlm.fixed_files import once
 from leanlm.memo import disk_memo
 from leanlm.registry import VariantRegistry
 
@@ -107,10 +108,17 @@ def _passed_key(config) -> str:
     import json
 
     digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True, default=repr).encode())
+    digest.update(once(("model sources",), _sources_stamp).encode())  # a profile has ~150 model configs
+    return digest.hexdigest()
+
+
+def _sources_stamp() -> str:
+    """Every model-library source (and the registry that reads their declarations), by path, time and size."""
+    stamp = []
     for path in sorted((_PACKAGE_DIR / "modeling").rglob("*.py")) + [_PACKAGE_DIR / "registry.py"]:
         stat = path.stat()
-        digest.update(f"{path.relative_to(_PACKAGE_DIR)}:{stat.st_mtime_ns}:{stat.st_size};".encode())
-    return digest.hexdigest()
+        stamp.append(f"{path.relative_to(_PACKAGE_DIR)}:{stat.st_mtime_ns}:{stat.st_size};")
+    return "".join(stamp)
 
 
 def _check_variants(config, where: str) -> None:
