@@ -25,6 +25,7 @@ from leanlm import paths
 from leanlm.claims.spec import load_claims
 from leanlm.claims.stats import CONTRADICTED, DEFAULT_DRAWS, INCONCLUSIVE, NOT_RUN, SUPPORTED, UNTESTABLE
 from leanlm.claims.verdicts import ClaimResult, evaluate_claim
+from leanlm.fixed_files import files_fixed
 from leanlm.io import write_text
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,9 @@ def evaluate_all(config: dict, draws: int = DEFAULT_DRAWS, claims_file: str | Pa
     profile_runs = {run.run_id: frozenset(run.finetune) for run in runs(config)}
     reader = Results(config)  # every record checked once, before any claim uses it (leanlm.claims.results)
     memo: dict = {}  # preconditions shared by several claims are judged once
-    return [evaluate_claim(claim, config, profile_runs, draws=draws, reader=reader, memo=memo)
-            for claim in load_claims(claims_file)]
+    with files_fixed():  # one pass: the task files are read once, not once per result (leanlm.fixed_files)
+        return [evaluate_claim(claim, config, profile_runs, draws=draws, reader=reader, memo=memo)
+                for claim in load_claims(claims_file)]
 
 
 def to_frame(results: list[ClaimResult]) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from leanlm.schemas import read_params_yaml as _read_yaml
 from leanlm.schemas import schema as _schema
 from leanlm.schemas import validate as _validate
 from leanlm.errors import ConfigError
+from leanlm.fixed_files import files_fixed
 
 EFFECTS = ("difference", "ratio", "factor")
 # A part's side: what one of the two compared quantities is.
@@ -230,7 +231,13 @@ def _check_names(claim: Claim, source: Path, matrix: dict, what: str | None = No
 
 def load_claims(path: str | Path | None = None, matrix: dict | None = None) -> list[Claim]:
     """Read, validate and expand params/claims.yaml (``pairs`` become parts; part keys default to the
-    claim's). A claim naming an unknown run, family, task or metric fails here."""
+    claim's). A claim naming an unknown run, family, task or metric fails here. One pass over unchanging
+    files (leanlm.fixed_files): the tasks are read once, not once per part."""
+    with files_fixed():
+        return _load_claims(path, matrix)
+
+
+def _load_claims(path: str | Path | None, matrix: dict | None) -> list[Claim]:
     source = Path(path) if path else paths.params_dir() / "claims.yaml"
     raw = _read_yaml(source)
     _validate(raw, _schema("claims.schema.json"), source)
