@@ -58,3 +58,37 @@ def test_collecting_the_mutation_selection_leaves_one_thread(tmp_path):
     # pyarrow (imported with pandas) starts jemalloc's purging thread at import; jemalloc takes its own
     # locks around fork (pthread_atfork) and restarts the thread in the child, so it is fork-safe.
     assert set(seen["other_threads"]) <= FORK_SAFE_THREADS, seen
+
+
+def test_a_rerun_copies_again_each_module_changed_since_the_last(tmp_path):
+    """mutmut copies the package once; a module it does not mutate kept its first copy on later runs, so the
+    mutants ran against a stale package. scripts/mutation_refresh.py removes every copy older than its source
+    (or without one) before a run, and nothing else: not mutmut's results."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from mutation_refresh import main, stale_copies
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+
+    src, copies = tmp_path / "src" / "leanlm", tmp_path / "mutants" / "src" / "leanlm"
+    for folder in (src, copies):
+        folder.mkdir(parents=True)
+    for name in ("config.py", "unchanged.py", "mutated.py", "gone.py"):
+        (src / name).write_text("x = 1\n")
+        os.utime(src / name, ns=(10**18, 10**18))
+        (copies / name).write_text("x = 1\n")
+        os.utime(copies / name, ns=(10**18, 10**18))  # copied with the source's time, as mutmut's copy2 does
+    os.utime(copies / "mutated.py", ns=(2 * 10**18, 2 * 10**18))  # mutated after copying: newer than its source
+    (copies / "mutated.py.meta").write_text("{}")  # mutmut's results of that module's mutants: no source
+    os.utime(src / "config.py", ns=(3 * 10**18, 3 * 10**18))  # edited since the copy
+    (src / "gone.py").unlink()
+    assert stale_copies(tmp_path) == [copies / "config.py", copies / "gone.py"]
+    assert main([str(tmp_path)]) == 0
+    assert sorted(p.name for p in copies.iterdir()) == ["mutated.py", "mutated.py.meta", "unchanged.py"]
+    assert stale_copies(tmp_path / "nowhere") == []
+
+
+def test_mutate_sh_refreshes_the_copies_before_mutmut_runs():
+    script = (REPO / "scripts" / "mutate.sh").read_text(encoding="utf-8")
+    refresh = script.index("scripts/mutation_refresh.py")
+    assert refresh < script.index("-m mutmut run")
