@@ -113,14 +113,18 @@ def test_results_say_which_tasks_keep_labels_and_read_attention_parameters(scrat
 
 
 class _Reader:
-    """Results.keeps_labels as a table: True/False per task, or Missing for a task whose results are absent."""
+    """Results.keeps_labels as a table: True/False per task, or Missing for a task whose results are absent;
+    asked only of ``family`` (a fine-tuning family: an lm_eval or pretraining record has no dev labels, and
+    Results would read the wrong record), each question recorded."""
 
-    def __init__(self, labels):
-        self.labels = labels
+    def __init__(self, labels, family="superglue"):
+        self.labels, self.family, self.asked = labels, family, []
 
     def keeps_labels(self, run_id, family, task, metric):
         from leanlm.claims.results import Missing
 
+        assert family == self.family, f"asked about {family}, not {self.family}"
+        self.asked.append((run_id, task))
         if self.labels[task] is None:
             raise Missing(f"no {task} results")
         return self.labels[task]
@@ -142,6 +146,30 @@ def test_a_precondition_reading_labels_is_judged_on_the_tasks_that_keep_them(lab
     for cond in part.conditions:  # the Majority comparison and "predictions vary" read labels alike
         assert _labelled_tasks(cond, cond.part, config, None, _Reader(labels)) == expected
         assert _labelled_tasks(cond, cond.part, config, list(labels), _Reader(labels)) == (expected or list(labels))
+        # one task of its own (a `tasks: each` part's): that task, where it keeps labels
+        assert _labelled_tasks(cond, cond.part, config, ["cb"], _Reader(labels)) == ["cb"]
+
+
+def test_a_precondition_reading_no_labels_keeps_its_tasks_and_asks_nothing():
+    """A comparison of two runs (MHA beats SHA) reads no Majority row: judged on every task, MultiRC too; an
+    lm_eval Majority comparison (ch. 4's NLU) has no dev labels to ask about."""
+    from leanlm.claims.spec import load_claims
+    from leanlm.claims.verdicts import _labelled_tasks
+
+    labels = {"boolq": True, "cb": True, "multirc": False}
+    claims = {c.id: c for c in load_claims()}
+    part = next(p for p in claims["ch3_mhe_above_sha_everywhere"].parts if p.family == "superglue")
+    (cond,) = [c for c in part.conditions if c.name == "ch3_mha_beats_sha"]
+    config = {"finetune": {"superglue": {"tasks": list(labels)}}}
+    reader = _Reader(labels)
+    assert _labelled_tasks(cond, cond.part, config, None, reader) is None
+    assert _labelled_tasks(cond, cond.part, config, ["multirc"], reader) == ["multirc"] and reader.asked == []
+
+    ch4 = claims["ch4_uniform_mlp_near_random_nlu"].parts[0]
+    (nlu,) = [c for c in ch4.conditions if c.name == "ch4_nlu_above_majority"]
+    assert nlu.part.b.kind == "baseline" and (nlu.part.a.family or nlu.part.family) == "lm_eval"
+    reader = _Reader({t: True for t in ch4.tasks}, family="none: lm_eval has no labels")
+    assert _labelled_tasks(nlu, nlu.part, {}, list(ch4.tasks), reader) == list(ch4.tasks) and reader.asked == []
 
 
 @pytest.mark.parametrize("a, b, ratio, defined", [

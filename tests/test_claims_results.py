@@ -272,3 +272,33 @@ def test_the_scale_sentence_says_what_the_verdicts_are_findings_about(scratch_ro
         "small models, not about the thesis, and 5 cannot be tested here at all (docs/claims.md)")
     assert scale_sentence(_config(scratch_root, "paper"), COUNTS) == (
         "profile paper runs at the thesis's scale: 5 claims judged, 4 inconclusive, 5 untestable (docs/claims.md)")
+
+
+def test_an_evaluation_reads_each_record_once_and_judges_preconditions_reproducibly(scratch_root, monkeypatch):
+    """One reader per evaluation: each record is read and checked once, by the preconditions too (a second
+    reader would read and check them again, and could see files changed since). A precondition's interval
+    is resampled with the evaluation's draws (raised where its level needs more, ``draws_for``) from a fixed
+    seed: two evaluations print the same precondition."""
+    from collections import Counter
+
+    from leanlm.claims import results as res
+    from leanlm.claims import verdicts
+    from leanlm.claims.report import evaluate_all
+    from leanlm.claims.stats import draws_for
+    from test_claims_preconditions import BASE, CLEAR_WIN, REFERENCE_ABOVE, _claims_file, _each_task_runs
+
+    config, _ = _each_task_runs(scratch_root, failing=None)
+    path = _claims_file(scratch_root, [
+        {**BASE, "id": "ch2_guarded", "pairs": CLEAR_WIN, "requires": ["reference_above"]},
+    ], {"reference_above": REFERENCE_ABOVE})
+    reads, resamples = Counter(), []
+    read_record, bootstrap = res.read_record, verdicts.paired_bootstrap
+    monkeypatch.setattr(res, "read_record", lambda p: reads.update([p]) or read_record(p))
+    monkeypatch.setattr(verdicts, "paired_bootstrap",
+                        lambda ms, effect, **kw: resamples.append(kw) or bootstrap(ms, effect, **kw))
+    (first,) = evaluate_all(config, draws=300, claims_file=path)
+    assert first.verdict == SUPPORTED and first.parts[0].checked[0].startswith("reference_above: supported (effect")
+    assert len(reads) == 3 and set(reads.values()) == {1}, reads  # lsh_add, md5_add and the reference
+    assert len(resamples) == 2 and all(kw["draws"] == draws_for(kw["level"], 300) for kw in resamples), resamples
+    (second,) = evaluate_all(config, draws=300, claims_file=path)
+    assert second.parts[0].checked == first.parts[0].checked

@@ -239,7 +239,8 @@ def _precondition(cond, guarded: Part, config: dict, profile_runs, tasks, draws:
     if cond.kind == "varies":
         held = _predictions_vary(own, config, profile_runs, own_tasks, results)
     else:
-        held = evaluate_part(own, config, profile_runs, own_tasks, draws=draws, seed=0, results=results)
+        # evaluate_part's fixed seed: the same draws whichever part asks (memo or not)
+        held = evaluate_part(own, config, profile_runs, own_tasks, draws=draws, results=results)
     if memo is not None:
         memo[key] = held
     return held
@@ -253,7 +254,8 @@ def _labelled_tasks(cond, own: Part, config: dict, tasks: list[str] | None, resu
     results yet (the precondition then says why it is not run)."""
     family = own.a.family or own.family
     reads_labels = cond.kind == "varies" or any(side.kind == "baseline" for side in (own.a, own.b))
-    if not reads_labels or family in ("lm_eval", "pretrain") or not own.a.runs:
+    # lm_eval records keep no dev labels (a baseline there is the task's own); a pretraining part has no tasks
+    if not reads_labels or family == "lm_eval" or not own.a.runs:
         return tasks
     try:
         wanted = tasks if tasks is not None else part_tasks(own, config)
