@@ -3,11 +3,14 @@ leanlm.claims that no other test pinned down, against an independent computation
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from leanlm.claims.draw_statistics import STATISTICS
-from leanlm.claims.stats import INCONCLUSIVE, Measurement, SeedScores, paired_bootstrap, verdict
+from leanlm.claims.stats import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Measurement, SeedScores, paired_bootstrap,
+                                 verdict)
 from leanlm.evaluation.metrics import compute, import_metric_modules
 from test_claims_review import _timing  # a timing side's rounds, as the claims read them
 
@@ -339,3 +342,86 @@ def test_a_replicated_interval_is_reproducible_and_its_variance_passes_know_noth
     assert (first.low, first.high) == (again.low, again.high) and first.basis == "pretraining+examples+seeds"
     nothing = _variance(ms, lambda d: d["a"] * np.nan, 50, 0, "pretraining", lambda x: x)
     assert np.isnan(nothing)
+
+
+@pytest.mark.parametrize("a_perplexity, b_perplexity, expected", [(30.0, 40.0, SUPPORTED), (40.0, 30.0, CONTRADICTED)])
+def test_a_lower_is_better_metric_is_judged_the_right_way_round(scratch_root, a_perplexity, b_perplexity, expected):
+    """The direction bug of issue 27 in the mutation selection (the every-claim test is too slow for it):
+    "A better than B" on perplexity holds where A's is lower, and is contradicted where it is higher."""
+    import yaml
+    from claims_world import World
+
+    from leanlm.claims.report import evaluate_all
+    from leanlm.config import load_config
+
+    config = load_config(scratch_root / "params" / "smoke.yaml")
+    world = World(scratch_root, config)
+    for run_id, value in (("ch3_decoder-mha", a_perplexity), ("ch3_decoder-sha", b_perplexity)):
+        world.family(run_id, "lm", lambda task, metric, v=value: v)
+    path = scratch_root / "params" / "direction.yaml"
+    path.write_text(yaml.safe_dump({"claims": [{
+        "id": "ch3_mha_better_perplexity", "chapter": 3, "where": "Table 3.5", "quote": "A sentence the thesis prints.",
+        "family": "lm", "tasks": ["wikitext103"], "test": "better", "pairs": [["ch3_decoder-mha", "ch3_decoder-sha"]]}]}))
+    (result,) = evaluate_all(config, draws=300, claims_file=path)
+    part = result.parts[0]
+    assert (part.a, part.b) == pytest.approx((a_perplexity, b_perplexity), rel=1e-6)
+    assert part.verdict == result.verdict == expected, (part.interval, part.reason)
+    assert part.interval.estimate == pytest.approx(b_perplexity - a_perplexity, rel=1e-6)  # how much lower A's is
+
+
+@pytest.mark.parametrize("effect, margin, lower, expected", [
+    ("difference", None, False, [2.0, -1.0]),   # A - B
+    ("difference", None, True, [-2.0, 1.0]),    # B - A: how much lower A is
+    ("factor", None, False, [2.0, -1.0]),       # no margin: a factor of 1, the difference
+    ("factor", 2.0, False, [0.0, -5.0]),        # A - 2 B: "more than twice B" holds where positive
+    ("factor", 2.0, True, [-6.0, -2.0]),        # B - 2 A (lower is better: "under half of B")
+    ("ratio", None, False, [2.0, 0.75]),        # A / B
+    ("ratio", None, True, [0.5, 4 / 3]),        # B / A
+])
+def test_each_effect_is_computed_the_right_way_round(effect, margin, lower, expected):
+    from leanlm.claims.verdicts import _effect
+
+    part = SimpleNamespace(effect=effect, margin=margin)
+    a, b = np.array([4.0, 3.0]), np.array([2.0, 4.0])
+    got = _effect(part, lambda d: a, lambda d: b, lower)(None)
+    assert got == pytest.approx(expected)
+
+
+def test_a_ratio_over_a_zero_score_is_not_finite_without_a_warning():
+    """A draw where a side scores 0: its ratio is inf or NaN (the interval then says "undefined"), silently:
+    a warning per draw would only bury the log."""
+    import warnings
+
+    from leanlm.claims.verdicts import _effect
+
+    a, b = np.array([0.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for lower in (False, True):
+            got = _effect(SimpleNamespace(effect="ratio", margin=None), lambda d: a, lambda d: b, lower)(None)
+            assert np.isnan(got[0]) and np.isinf(got).sum() == 1 and np.isfinite(got).sum() == 1
+
+
+def test_a_part_averaging_higher_and_lower_is_better_metrics_is_not_run_saying_why(scratch_root):
+    """WikiText's word perplexity and ARC-Easy's accuracy (each task's primary metric) averaged in one side: no
+    direction fits both, so the part is not run, and the reason says to average one kind."""
+    import yaml
+    from claims_world import World
+
+    from leanlm.claims.report import evaluate_all
+    from leanlm.claims.stats import NOT_RUN
+    from leanlm.config import load_config
+
+    config = load_config(scratch_root / "params" / "smoke.yaml")
+    world = World(scratch_root, config)
+    for run_id in ("ch4_uniform-standard", "ch4_uniform-mlp"):
+        world.family(run_id, "lm_eval", lambda task, metric: 40.0)
+    path = scratch_root / "params" / "mixed.yaml"
+    path.write_text(yaml.safe_dump({"claims": [{
+        "id": "ch4_mixed_average", "chapter": 4, "where": "Table 4.2", "quote": "A sentence the thesis prints.",
+        "family": "lm_eval", "tasks": ["lm_eval_wikitext", "lm_eval_arc_easy"], "test": "better",
+        "pairs": [["ch4_uniform-standard", "ch4_uniform-mlp"]]}]}))
+    (result,) = evaluate_all(config, draws=300, claims_file=path)
+    assert result.parts[0].verdict == NOT_RUN
+    assert result.parts[0].reason == ("the tasks of lm_eval mix higher- and lower-is-better metrics; average one "
+                                      "kind")
