@@ -425,3 +425,41 @@ def test_a_part_averaging_higher_and_lower_is_better_metrics_is_not_run_saying_w
     assert result.parts[0].verdict == NOT_RUN
     assert result.parts[0].reason == ("the tasks of lm_eval mix higher- and lower-is-better metrics; average one "
                                       "kind")
+
+
+def test_prr_and_peop_sides_are_the_thesis_s_formulas_of_the_right_runs(scratch_root):
+    """PRR (relative to MHA) and PEoP (relative to SHA, per attention parameter) sides, on a lower-is-better
+    metric (their inverse forms), computed from the right runs' scores and parameter counts: each side equals
+    leanlm.reporting.derived's formula applied by hand to the scores written, and is higher-is-better (so
+    "better" means a larger PRR or PEoP)."""
+    import yaml
+    from claims_world import World
+
+    from leanlm.claims.report import evaluate_all
+    from leanlm.config import load_config
+    from leanlm.reporting.derived import peop, prr
+
+    config = load_config(scratch_root / "params" / "smoke.yaml")
+    world = World(scratch_root, config)
+    perplexity = {"ch3_decoder-mhe_mul": 33.0, "ch3_decoder-mha": 30.0, "ch3_decoder-sha": 40.0, "ch3_decoder-mqa": 36.0}
+    attention = {"ch3_decoder-mhe_mul": 150, "ch3_decoder-mha": 200, "ch3_decoder-sha": 100, "ch3_decoder-mqa": 120}
+    for run_id, value in perplexity.items():
+        world.family(run_id, "lm", lambda task, metric, v=value: v, attention=attention[run_id])
+    mhe, mha, sha, mqa = "ch3_decoder-mhe_mul", "ch3_decoder-mha", "ch3_decoder-sha", "ch3_decoder-mqa"
+    base = {"chapter": 3, "where": "Table 3.5", "quote": "A sentence the thesis prints.", "family": "lm",
+            "tasks": ["wikitext103"], "test": "better"}
+    path = scratch_root / "params" / "derived.yaml"
+    path.write_text(yaml.safe_dump({"claims": [
+        {**base, "id": "ch3_prr_above_80", "parts": [{"a": {"prr": [mhe, mha]}, "b": {"constant": 80}}]},
+        {**base, "id": "ch3_prr_of_mqa_below", "parts": [{"a": {"prr": [mqa, mha]}, "b": {"prr": [mhe, mha]}}]},
+        {**base, "id": "ch3_peop_orders", "parts": [{"a": {"peop": mhe, "sha": sha}, "b": {"peop": mha, "sha": sha}}]},
+    ]}, sort_keys=False))
+    above, below, orders = (r.parts[0] for r in evaluate_all(config, draws=300, claims_file=path))
+
+    assert above.a == pytest.approx(prr(33.0, 30.0, inverse=True), rel=1e-6) == pytest.approx(90.0, rel=1e-6)
+    assert above.b == 80 and above.verdict == SUPPORTED  # 90 vs 80: higher is better
+    assert (below.a, below.b) == pytest.approx((prr(36.0, 30.0, inverse=True), 90.0), rel=1e-6)
+    assert below.verdict == CONTRADICTED  # MQA's 80 is below MHE's 90
+    assert orders.a == pytest.approx(peop(33.0, 40.0, 150, 100, inverse=True), rel=1e-6) == pytest.approx(0.35, rel=1e-5)
+    assert orders.b == pytest.approx(peop(30.0, 40.0, 200, 100, inverse=True), rel=1e-6) == pytest.approx(0.25, rel=1e-5)
+    assert orders.verdict == SUPPORTED

@@ -78,14 +78,14 @@ class _Sides:
         metric = side.metric or self.part.metric
         if side.kind == "run":
             return self._run_score(side.runs[0], family, metric)
-        if side.kind == "prr":
+        if side.kind == "prr":  # derived's formulas give floats (an array over the draws, a float for one)
             (fa, lower), (fb, _) = self._run_score(side.runs[0], family, metric), self._run_score(side.runs[1], family, metric)
-            return (lambda d: np.asarray(prr(fa(d), fb(d), inverse=lower), dtype=float)), False
+            return (lambda d: np.asarray(prr(fa(d), fb(d), inverse=lower))), False
         if side.kind == "peop":
             (fa, lower), (fb, _) = self._run_score(side.runs[0], family, metric), self._run_score(side.runs[1], family, metric)
             pa = self.results.attention_parameters(side.runs[0], family)
             pb = self.results.attention_parameters(side.runs[1], family)
-            return (lambda d: np.asarray(peop(fa(d), fb(d), pa, pb, inverse=lower), dtype=float)), False
+            return (lambda d: np.asarray(peop(fa(d), fb(d), pa, pb, inverse=lower))), False
         if side.kind == "constant":  # printed units, like the scaled scores; its direction is the other side's
             return (lambda d: np.full(len(next(iter(d.values()))) if d else 1, side.value)), None
         if side.kind == "timing":  # the speed record's rounds (leanlm.claims.speed), not the training clock
