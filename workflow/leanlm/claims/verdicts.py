@@ -86,8 +86,9 @@ class _Sides:
             pa = self.results.attention_parameters(side.runs[0], family)
             pb = self.results.attention_parameters(side.runs[1], family)
             return (lambda d: np.asarray(peop(fa(d), fb(d), pa, pb, inverse=lower))), False
+        # A constant or a baseline row is one value, broadcast against the other side's draws.
         if side.kind == "constant":  # printed units, like the scaled scores; its direction is the other side's
-            return (lambda d: np.full(len(next(iter(d.values()))) if d else 1, side.value)), None
+            return (lambda d: np.full(1, side.value)), None
         if side.kind == "timing":  # the speed record's rounds (leanlm.claims.speed), not the training clock
             key = f"{side.runs[0]}|speed"
             self.measurements[key] = pretraining_speed(self.results.config, side.runs[0])
@@ -100,7 +101,7 @@ class _Sides:
             values.append(row * display_scale(name))
             lowers.add(lower_is_better(name))
         constant = float(np.mean(values))
-        return (lambda d: np.full(len(next(iter(d.values()))), constant)), lowers.pop()
+        return (lambda d: np.full(1, constant)), lowers.pop()
 
     def _any_run(self) -> str:
         for side in (self.part.a, self.part.b):
