@@ -463,3 +463,60 @@ def test_prr_and_peop_sides_are_the_thesis_s_formulas_of_the_right_runs(scratch_
     assert orders.a == pytest.approx(peop(33.0, 40.0, 150, 100, inverse=True), rel=1e-6) == pytest.approx(0.35, rel=1e-5)
     assert orders.b == pytest.approx(peop(30.0, 40.0, 200, 100, inverse=True), rel=1e-6) == pytest.approx(0.25, rel=1e-5)
     assert orders.verdict == SUPPORTED
+
+
+def _lm_world(root, perplexity: dict[str, float]):
+    """ch. 3 decoders' lm records (WikiText-103 and PTB) at the given perplexities; the smoke config."""
+    from claims_world import World
+
+    from leanlm.config import load_config
+
+    config = load_config(root / "params" / "smoke.yaml")
+    world = World(root, config)
+    for run_id, value in perplexity.items():
+        world.family(run_id, "lm", lambda task, metric, v=value: v)
+    return config
+
+
+def _judge(root, config, *parts, name="sides"):
+    import yaml
+
+    from leanlm.claims.report import evaluate_all
+
+    path = root / "params" / f"{name}.yaml"
+    base = {"chapter": 3, "where": "Table 3.5", "quote": "A sentence the thesis prints.", "test": "better"}
+    path.write_text(yaml.safe_dump({"claims": [{**base, "id": f"ch3_{name}_{i}", **p} for i, p in enumerate(parts)]},
+                                   sort_keys=False))
+    return [r.parts[0] for r in evaluate_all(config, draws=300, claims_file=path)]
+
+
+def test_a_constant_takes_the_direction_of_the_run_it_is_compared_with(scratch_root):
+    """A perplexity below a constant is "better", whichever side the constant is on."""
+    config = _lm_world(scratch_root, {"ch3_decoder-mha": 30.0, "ch3_decoder-sha": 40.0})
+    lm = {"family": "lm", "tasks": ["wikitext103"]}
+    run_first, constant_first, lost = _judge(
+        scratch_root, config,
+        {**lm, "parts": [{"a": "ch3_decoder-mha", "b": {"constant": 35}}]},    # 30 below 35
+        {**lm, "parts": [{"a": {"constant": 35}, "b": "ch3_decoder-sha"}]},    # 35 below 40
+        {**lm, "parts": [{"a": "ch3_decoder-sha", "b": {"constant": 35}}]})    # 40 is not below 35
+    assert run_first.verdict == constant_first.verdict == SUPPORTED and lost.verdict == CONTRADICTED
+    assert run_first.interval.estimate == pytest.approx(5.0, rel=1e-6)  # how much lower A is
+    assert constant_first.interval.estimate == pytest.approx(5.0, rel=1e-6)
+
+
+def test_sides_of_opposite_directions_are_refused_naming_the_part(scratch_root):
+    """LAMBADA's perplexity (lower is better) against its accuracy (higher is better): no effect is defined."""
+    from claims_world import World
+
+    from leanlm.config import load_config
+
+    config = load_config(scratch_root / "params" / "smoke.yaml")
+    world = World(scratch_root, config)
+    for run_id in ("ch4_uniform-standard", "ch4_uniform-mlp"):
+        world.family(run_id, "lm_eval", lambda task, metric: 40.0)
+    lambada = {"family": "lm_eval", "tasks": ["lm_eval_lambada_openai"]}
+    with pytest.raises(ValueError) as err:
+        _judge(scratch_root, config, {**lambada, "parts": [{"a": {"run": "ch4_uniform-standard", "metric": "perplexity"},
+                                                            "b": {"run": "ch4_uniform-mlp", "metric": "acc"}}]})
+    assert str(err.value) == ("ch4_uniform-standard [perplexity] vs ch4_uniform-mlp [acc] on lm_eval "
+                              "(lm_eval_lambada_openai): the two sides have opposite directions (one lower-is-better)")

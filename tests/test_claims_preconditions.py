@@ -40,6 +40,12 @@ def _evaluate(root, path):
     return evaluate_all(_config(root), draws=300, claims_file=path)
 
 
+def _evaluate_with(config, path):
+    from leanlm.claims.report import evaluate_all
+
+    return evaluate_all(config, draws=300, claims_file=path)
+
+
 def test_a_failed_precondition_makes_the_part_untestable_with_its_reason(scratch_root):
     config = _config(scratch_root)
     tasks = config["finetune"]["glue"]["tasks"]
@@ -336,7 +342,10 @@ def test_a_precondition_with_tasks_of_its_own_guards_every_part_per_task_on_thos
         "reference_above_on_sst2": {**REFERENCE_ABOVE, "tasks": ["sst2"]}})
     (result,) = _evaluate(scratch_root, path)
     assert [p.verdict for p in result.parts] == [SUPPORTED] * len(tasks), [(p.label, p.reason) for p in result.parts]
-    assert all(len(p.checked) == 2 and all(": supported" in c for c in p.checked) for p in result.parts)
+    for p in result.parts:
+        varies, above = p.checked
+        assert varies == "reference_varies_on_sst2: supported (ch2_hashformers-bert_mlm's predictions vary on every task)"
+        assert above.startswith("reference_above_on_sst2: supported (effect ") and above.endswith("(examples), allowed (0.0, inf))")
 
 
 def test_a_part_judged_alone_checks_its_preconditions_as_within_a_claim(scratch_root, monkeypatch):
@@ -360,6 +369,30 @@ def test_a_part_judged_alone_checks_its_preconditions_as_within_a_claim(scratch_
 
     (part,) = load_claims(path)[0].parts
     profile_runs = {run.run_id: frozenset(run.finetune) for run in runs(config)}
-    alone = verdicts.evaluate_part(part, config, profile_runs, draws=300, results=Results(config))
-    assert (alone.verdict, alone.reason) == (first.parts[0].verdict, first.parts[0].reason)
-    assert len(judged) == 2
+    for reader in (Results(config), None):  # None: the part reads the profile's results itself
+        alone = verdicts.evaluate_part(part, config, profile_runs, draws=300, results=reader)
+        assert (alone.verdict, alone.reason) == (first.parts[0].verdict, first.parts[0].reason)
+    assert len(judged) == 3
+
+
+def test_a_part_not_run_keeps_its_label_and_the_preconditions_it_passed(scratch_root):
+    """A part whose own results are absent is not run, after its preconditions held: the label still says
+    what it compares, and the preconditions checked are kept; a part the profile does not run at all says
+    so before any precondition is judged."""
+    import shutil
+
+    config, _ = _each_task_runs(scratch_root, failing=None)
+    shutil.rmtree(scratch_root / "results" / "smoke" / "runs" / "ch2_hashformers-md5_add")
+    path = _claims_file(scratch_root, [
+        {**BASE, "id": "ch2_absent", "pairs": CLEAR_WIN, "requires": ["reference_varies"]},
+        {**BASE, "id": "ch2_unrun", "pairs": [["ch2_hashformers-lsh_add", "ch3_encoder-mha"]],
+         "requires": ["reference_varies"]},
+    ], {"reference_varies": REFERENCE_VARIES})
+    config["experiments"] = [e for e in config["experiments"] if not e.startswith("ch3")]  # a profile without ch. 3
+    config["_matrix"] = {k: v for k, v in config["_matrix"].items() if not k.startswith("ch3")}
+    absent, unrun = (r.parts[0] for r in _evaluate_with(config, path))
+    assert (absent.verdict, absent.label) == (NOT_RUN, "ch2_hashformers-lsh_add vs ch2_hashformers-md5_add on glue")
+    assert absent.reason.startswith("no results of ch2_hashformers-md5_add on glue")
+    assert absent.checked == ["reference_varies: supported (ch2_hashformers-bert_mlm's predictions vary on every task)"]
+    assert unrun.verdict == NOT_RUN and unrun.label == "ch2_hashformers-lsh_add vs ch3_encoder-mha on glue"
+    assert unrun.checked == [] and unrun.reason.startswith("not run at this profile")

@@ -181,11 +181,11 @@ def evaluate_part(part: Part, config: dict, profile_runs: Mapping[str, frozenset
     checked, unmet = [], None
     for cond in part.conditions:
         held = _precondition(cond, part, config, profile_runs, tasks, draws, results, memo)
-        checked.append(f"{cond.name}: {held.verdict}" + (f" ({_summary(held)})" if held.interval else
-                                                         f" ({held.reason})" if held.reason else ""))
+        basis = _summary(held) if held.interval else held.reason  # a result without an interval says why
+        checked.append(f"{cond.name}: {held.verdict} ({basis})")
         if held.verdict != SUPPORTED and unmet is None:
             unmet = (f"untestable at this scale: {cond.reason} Precondition {cond.name} ({held.label}) is "
-                     f"{held.verdict}" + (f": {_summary(held)}" if held.interval else f": {held.reason}"))
+                     f"{held.verdict}: {basis}")
     if unmet:
         return PartResult(part, label, UNTESTABLE, reason=unmet, checked=checked)
     try:
