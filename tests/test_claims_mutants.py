@@ -520,3 +520,33 @@ def test_sides_of_opposite_directions_are_refused_naming_the_part(scratch_root):
                                                             "b": {"run": "ch4_uniform-mlp", "metric": "acc"}}]})
     assert str(err.value) == ("ch4_uniform-standard [perplexity] vs ch4_uniform-mlp [acc] on lm_eval "
                               "(lm_eval_lambada_openai): the two sides have opposite directions (one lower-is-better)")
+
+
+def test_a_timing_difference_is_judged_on_the_rounds_differences_and_unequal_rounds_are_not_run(scratch_root):
+    """A timing part with ``effect: difference`` is judged on the per-round differences (their mean, not a
+    geometric mean of ratios); a speed record whose runs have different numbers of rounds is refused when it is
+    read, naming the record and the rule to rerun (no part pairs rounds that do not match)."""
+    import json
+
+    from claims_world import World
+
+    from leanlm.config import load_config
+    from leanlm.errors import DataError
+    from leanlm.reporting.pretraining_speed import speed_path
+
+    config = load_config(scratch_root / "params" / "smoke.yaml")
+    sr, mlm = "ch2_hashformers-bert_sr", "ch2_hashformers-bert_mlm"
+    World(scratch_root, config).speed({sr: 11.6, mlm: 24.9})
+    timing = {"chapter": 2, "family": "pretrain", "parts": [{"a": {"timing": sr}, "b": {"timing": mlm}}]}
+    (faster,) = _judge(scratch_root, config, {**timing, "effect": "difference", "region": [10, 16]}, name="timing")
+    times = json.loads(speed_path("smoke").read_text())["ms_per_sample"]
+    differences = np.array(times[mlm]) - np.array(times[sr])  # ms per sample saved by S+R, each round
+    assert faster.interval.basis == "rounds" and faster.verdict == SUPPORTED
+    assert faster.interval.estimate == pytest.approx(differences.mean())
+
+    record = json.loads(speed_path("smoke").read_text())
+    record["ms_per_sample"][sr] = record["ms_per_sample"][sr][:-1]  # a record edited by hand
+    speed_path("smoke").write_text(json.dumps(record))
+    with pytest.raises(DataError, match=f"ms_per_sample of {sr} must be 5 positive numbers .one per round.*"
+                                        "rerun its job .`snakemake --forcerun pretraining_speed"):
+        _judge(scratch_root, config, {**timing, "effect": "ratio", "region": [1.5, 2.5]}, name="timing")

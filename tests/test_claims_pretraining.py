@@ -190,3 +190,34 @@ def test_a_timing_part_says_nothing_of_pretraining_runs():
     assert verdict_text("supported", None) == "supported" and verdict_text("untestable", 1) == "untestable"
     assert verdict_text("contradicted", 1) == "contradicted, one pretraining run"
     assert verdict_text("inconclusive", 3.0) == "inconclusive, 3 pretraining runs"
+
+
+def test_a_ratio_part_over_replicas_is_widened_on_its_log_scale(scratch_root):
+    """Replicas whose ratio differs a lot (the weaker model near chance in one replica), so the widening for 3
+    pretraining runs is large. Made on the ratio's log scale, it says the same judged either way round: the
+    interval of B / A is that of A / B inverted (to the percentiles' interpolation), and above 0. Widened
+    linearly, it would not be: the two directions would disagree."""
+    import yaml
+
+    from leanlm.claims.report import evaluate_all
+    from leanlm.config import _load_matrix_cached, load_config
+    from test_claims import BASE, _write_claims, _write_run
+
+    path = scratch_root / "params" / "smoke.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch2_hashformers"]}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    _load_matrix_cached.cache_clear()
+    config = load_config(path)
+    lsh, md5 = "ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"
+    for suffix, weak in (("", 0.6), ("@p1", 0.05), ("@p2", 0.5)):
+        _write_run(scratch_root, config, f"{lsh}{suffix}", 0.9, seeds=(0, 1), tasks=["sst2"])
+        _write_run(scratch_root, config, f"{md5}{suffix}", weak, seeds=(0, 1), tasks=["sst2"])
+    ratio = {**BASE, "tasks": ["sst2"], "metric": "accuracy", "effect": "ratio", "region": [1.0, 100.0]}
+    claims = _write_claims(scratch_root, [{**ratio, "id": "ch2_ratio", "pairs": [[lsh, md5]]},
+                                          {**ratio, "id": "ch2_ratio_inverted", "pairs": [[md5, lsh]]}])
+    forward, inverted = (r.parts[0].interval for r in evaluate_all(config, draws=200, claims_file=claims))
+    assert forward.pretraining_runs == 3 and forward.basis.startswith("pretraining")
+    assert 0 < forward.low < forward.estimate < forward.high, forward
+    assert inverted.estimate == pytest.approx(1 / forward.estimate)
+    assert (inverted.low, inverted.high) == pytest.approx((1 / forward.high, 1 / forward.low), rel=0.01), (forward, inverted)

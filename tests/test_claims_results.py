@@ -278,7 +278,7 @@ def test_an_evaluation_reads_each_record_once_and_judges_preconditions_reproduci
     """One reader per evaluation: each record is read and checked once, by the preconditions too (a second
     reader would read and check them again, and could see files changed since). A precondition's interval
     is resampled with the evaluation's draws (raised where its level needs more, ``draws_for``) from a fixed
-    seed: two evaluations print the same precondition."""
+    seed: two evaluations print the same precondition, and the same part."""
     from collections import Counter
 
     from leanlm.claims import results as res
@@ -301,4 +301,4 @@ def test_an_evaluation_reads_each_record_once_and_judges_preconditions_reproduci
     assert len(reads) == 3 and set(reads.values()) == {1}, reads  # lsh_add, md5_add and the reference
     assert len(resamples) == 2 and all(kw["draws"] == draws_for(kw["level"], 300) for kw in resamples), resamples
     (second,) = evaluate_all(config, draws=300, claims_file=path)
-    assert second.parts[0].checked == first.parts[0].checked
+    assert second.parts[0].checked == first.parts[0].checked and second.parts[0].interval == first.parts[0].interval

@@ -94,11 +94,11 @@ def test_the_rounds_interval_is_a_ratio_interval():
 
 
 def test_rounds_of_different_lengths_are_refused():
-    """The part cannot pair its rounds: Missing (the part is "not run", the rest of the stage goes on)."""
-    from leanlm.claims.results import Missing
+    """Rounds that cannot be paired: a caller's error (reading a speed record checks that each run has the
+    record's rounds, tests/test_claims_mutants.py), never a silent pairing of the first rounds."""
     from leanlm.claims.speed import rounds_interval
 
-    with pytest.raises(Missing, match=r"different numbers of rounds \(a 3, b 2\); rerun the rule pretraining_speed"):
+    with pytest.raises(ValueError, match=r"different numbers of rounds \(a 3, b 2\); a speed record times every run"):
         rounds_interval({"a|speed": _timing([1.0, 2.0, 3.0]), "b|speed": _timing([1.0, 2.0])},
                         lambda d: d["b|speed"] / d["a|speed"], 0.95)  # keyed as the claims key a timing side
 

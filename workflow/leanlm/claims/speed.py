@@ -45,10 +45,10 @@ def rounds_interval(measurements: dict[str, Measurement], effect, level: float, 
 
     per_round = {key: np.asarray(m.seeds[0].examples["score"], dtype=float) for key, m in measurements.items()}
     lengths = {len(times) for times in per_round.values()}
-    if len(lengths) > 1:  # one speed record times every run alike: a record edited or merged by hand
-        raise Missing("the timed runs of this part have different numbers of rounds ("
-                      + ", ".join(f"{key.split('|')[0]} {len(times)}" for key, times in per_round.items())
-                      + "); rerun the rule pretraining_speed")
+    if len(lengths) > 1:  # a caller's error: reading the speed record checks each run has its rounds
+        raise ValueError("the timed runs of this part have different numbers of rounds ("
+                         + ", ".join(f"{key.split('|')[0]} {len(times)}" for key, times in per_round.items())
+                         + "); a speed record times every run in each round")
     effects = np.asarray(effect(per_round), dtype=float).reshape(-1)
     rounds = effects.size
     if rounds < 2 or not np.isfinite(effects).all() or (ratio and (effects <= 0).any()):

@@ -200,10 +200,7 @@ def evaluate_part(part: Part, config: dict, profile_runs: Mapping[str, frozenset
     lower = lower_a if lower_a is not None else bool(lower_b)
     effect = _effect(part, fa, fb, lower)
     if part.family == "pretrain":  # timing parts: paired over rounds (leanlm.claims.speed)
-        try:
-            interval = rounds_interval(sides.measurements, effect, level, ratio=part.effect == "ratio")
-        except res.Missing as why:
-            return PartResult(part, label, NOT_RUN, reason=str(why), checked=checked)
+        interval = rounds_interval(sides.measurements, effect, level, ratio=part.effect == "ratio")
     else:
         interval = paired_bootstrap(sides.measurements, effect, draws=draws_for(level, draws), level=level, seed=seed,
                                     ratio=part.effect == "ratio")
