@@ -74,6 +74,8 @@ BASE = {"chapter": 2, "where": "Table 2.1", "quote": "A sentence the thesis prin
     ({"pairs": [["ch3_encoder-mha", "ch3_encoder-sha"]], "tasks": ["sst2"], "metric": "bleu"}, "no metric 'bleu'"),
     ({"pairs": [["ch3_encoder-mha", "ch3_encoder-sha"]], "thesis": [[1, 2], [3, 4]]}, "1 parts but 2 thesis pairs"),
     ({"pairs": [["ch3_encoder-mha", "ch3_encoder-sha"]], "test": "bigger"}, "test"),
+    ({"parts": [{"a": {"timing": "ch2_hashformers-bert_sr"}, "b": {"timing": "ch2_hashformers-bert_mlm"}}]},
+     "part 1: a timing side compares pretraining speed; give the part family pretrain (it has glue)"),
 ])
 def test_a_bad_claim_fails_loudly_naming_it(scratch_root, change, message):
     path = _write_claims(scratch_root, [{**BASE, "id": "ch2_bad_claim", **change}])

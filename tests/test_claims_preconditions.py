@@ -374,6 +374,14 @@ def test_a_part_judged_alone_checks_its_preconditions_as_within_a_claim(scratch_
         assert (alone.verdict, alone.reason) == (first.parts[0].verdict, first.parts[0].reason)
     assert len(judged) == 3
 
+    # a claim judged on its own, without a reader or a memo: its two parts judge their shared precondition once
+    two_parts = _claims_file(scratch_root, [
+        {**BASE, "id": "ch2_two_parts", "requires": ["reference_varies"],
+         "pairs": CLEAR_WIN + [["ch2_hashformers-lsh_add", "ch2_hashformers-bert_mlm"]]}], {"reference_varies": REFERENCE_VARIES})
+    claim = verdicts.evaluate_claim(load_claims(two_parts)[0], config, profile_runs, draws=300)
+    assert claim.verdict == UNTESTABLE and [p.verdict for p in claim.parts] == [UNTESTABLE] * 2
+    assert len(judged) == 4
+
 
 def test_a_part_not_run_keeps_its_label_and_the_preconditions_it_passed(scratch_root):
     """A part whose own results are absent is not run, after its preconditions held: the label still says
@@ -385,7 +393,7 @@ def test_a_part_not_run_keeps_its_label_and_the_preconditions_it_passed(scratch_
     shutil.rmtree(scratch_root / "results" / "smoke" / "runs" / "ch2_hashformers-md5_add")
     path = _claims_file(scratch_root, [
         {**BASE, "id": "ch2_absent", "pairs": CLEAR_WIN, "requires": ["reference_varies"]},
-        {**BASE, "id": "ch2_unrun", "pairs": [["ch2_hashformers-lsh_add", "ch3_encoder-mha"]],
+        {**BASE, "id": "ch2_unrun", "pairs": [["ch3_encoder-sha", "ch3_encoder-mha"]],
          "requires": ["reference_varies"]},
     ], {"reference_varies": REFERENCE_VARIES})
     config["experiments"] = [e for e in config["experiments"] if not e.startswith("ch3")]  # a profile without ch. 3
@@ -394,5 +402,20 @@ def test_a_part_not_run_keeps_its_label_and_the_preconditions_it_passed(scratch_
     assert (absent.verdict, absent.label) == (NOT_RUN, "ch2_hashformers-lsh_add vs ch2_hashformers-md5_add on glue")
     assert absent.reason.startswith("no results of ch2_hashformers-md5_add on glue")
     assert absent.checked == ["reference_varies: supported (ch2_hashformers-bert_mlm's predictions vary on every task)"]
-    assert unrun.verdict == NOT_RUN and unrun.label == "ch2_hashformers-lsh_add vs ch3_encoder-mha on glue"
-    assert unrun.checked == [] and unrun.reason.startswith("not run at this profile")
+    assert unrun.verdict == NOT_RUN and unrun.label == "ch3_encoder-sha vs ch3_encoder-mha on glue"
+    assert unrun.checked == [] and unrun.reason == "not run at this profile: ch3_encoder-mha, ch3_encoder-sha"
+
+
+@pytest.mark.parametrize("tasks", ["each", "average"])
+def test_a_family_the_profile_has_no_settings_for_is_not_run(scratch_root, tasks):
+    """A profile without a finetune block for the claim's family (here SuperGLUE's removed) cannot list the
+    tasks: the claim is not run, saying so, in one part labelled with what it compares."""
+    config = _config(scratch_root)
+    del config["finetune"]["superglue"]
+    path = _claims_file(scratch_root, [{**BASE, "id": "ch3_no_block", "family": "superglue", "tasks": tasks,
+                                        "pairs": [["ch3_encoder-mha", "ch3_encoder-sha"]]}])
+    (result,) = _evaluate_with(config, path)
+    assert result.verdict == NOT_RUN and len(result.parts) == 1
+    (part,) = result.parts
+    assert (part.verdict, part.reason) == (NOT_RUN, "the profile has no finetune.superglue block")
+    assert part.label == "ch3_encoder-mha vs ch3_encoder-sha" + (" on superglue" if tasks == "average" else "")

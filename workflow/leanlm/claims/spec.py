@@ -217,6 +217,9 @@ def _check_names(claim: Claim, source: Path, matrix: dict, what: str | None = No
             if {part.a.kind, part.b.kind} != {"timing"}:
                 raise ConfigError(f"{where}: family pretrain compares timing sides only")
             continue
+        if "timing" in (part.a.kind, part.b.kind):
+            raise ConfigError(f"{where}: a timing side compares pretraining speed; give the part family pretrain "
+                              f"(it has {part.family})")
         if isinstance(part.tasks, tuple):
             for task in part.tasks:
                 if task not in known_tasks:
