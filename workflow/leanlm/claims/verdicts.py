@@ -128,7 +128,7 @@ def part_tasks(part: Part, config: dict) -> list[str]:
     if part.family == "pretrain":
         return []
     if part.tasks in ("average", "each"):
-        block = config.get("finetune", {}).get(part.family)
+        block = config["finetune"].get(part.family)  # the schema requires the finetune mapping
         if block is None:
             raise res.Missing(f"the profile has no finetune.{part.family} block")
         return list(block["tasks"])
