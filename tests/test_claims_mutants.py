@@ -76,6 +76,10 @@ def test_bleu_of_a_draw_is_sacrebleus_corpus_bleu_of_its_sentences():
     expected = [sacrebleu.BLEU().corpus_score([hyps[i] for i in row], [[refs[i] for i in row]]).score / 100
                 for row in idx]
     assert got == pytest.approx(expected, abs=1e-9)
+    # the record check's recomputation of the whole set: the same corpus BLEU
+    from leanlm.claims.results import recompute
+
+    assert recompute("bleu", stats) == pytest.approx(sacrebleu.BLEU().corpus_score(hyps, [refs]).score / 100, abs=1e-12)
 
 
 def test_replicas_with_an_undefined_effect_give_an_undefined_interval():
@@ -112,6 +116,8 @@ def test_results_say_which_tasks_keep_labels_and_read_attention_parameters(scrat
     assert not reader.keeps_labels("ch3_encoder-mha", "superglue", "multirc", "primary")
     with pytest.raises(Missing, match="no results of ch3_encoder-mha on glue"):
         reader.keeps_labels("ch3_encoder-mha", "glue", "boolq", "primary")
+    with pytest.raises(Missing, match="^boolq has no perplexity_ctx<n> metrics$"):
+        reader.keeps_labels("ch3_encoder-mha", "superglue", "boolq", "perplexity_ctx@max")
     assert reader.attention_parameters("ch3_encoder-mha", "superglue") == 1234
 
 

@@ -302,3 +302,21 @@ def test_an_evaluation_reads_each_record_once_and_judges_preconditions_reproduci
     assert len(resamples) == 2 and all(kw["draws"] == draws_for(kw["level"], 300) for kw in resamples), resamples
     (second,) = evaluate_all(config, draws=300, claims_file=path)
     assert second.parts[0].checked == first.parts[0].checked and second.parts[0].interval == first.parts[0].interval
+
+
+@pytest.mark.parametrize("field, message", [
+    ([1, [0, 1], 0], "per_example field 'prediction' of accuracy is not a list of numbers (one per example)"),
+    ("0 1 0", "per_example field 'prediction' of accuracy is not a list of numbers (one per example)"),
+    (7, "per_example field 'prediction' of accuracy is not a list of numbers (one per example)"),
+    (None, "per_example of accuracy names field(s) ['prediction'] that its data lacks; the file was edited or "
+           "damaged: rerun its job"),
+])
+def test_per_example_data_that_is_not_a_list_of_numbers_is_refused_naming_the_field(field, message):
+    """What a damaged record can hold in a per-example field (a nested list, a string, a number, nothing) is
+    refused naming the record, the metric and the field; a nested list reached numpy's own ValueError."""
+    from leanlm.claims.results import _examples
+
+    data = {"reference": [1, 0, 1]} if field is None else {"prediction": field, "reference": [1, 0, 1]}
+    with pytest.raises(DataError) as err:
+        _examples({"data": data}, "accuracy", {}, "accuracy", "runs/x/glue.json task sst2 seed 0")
+    assert str(err.value).startswith("runs/x/glue.json task sst2 seed 0: " + message), str(err.value)

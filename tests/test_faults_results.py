@@ -218,9 +218,10 @@ def test_per_example_arrays_of_unequal_length_are_refused(project, capsys):
     assert_refused(code, printed, str(path), "stsb", f"seed {SEED}", f"prediction {n}", f"reference {n - 1}")
 
 
-def test_non_numeric_per_example_values_are_refused(project, capsys):
+@pytest.mark.parametrize("value", ["yes", [1, 0]])  # a list in place of a number: numpy refused it, uncaught
+def test_non_numeric_per_example_values_are_refused(project, capsys, value):
     path = record_path(project, SR)
-    tamper(path, lambda d: result_of(d, "mrpc")["per_example"]["data"]["prediction"].__setitem__(0, "yes"))
+    tamper(path, lambda d: result_of(d, "mrpc")["per_example"]["data"]["prediction"].__setitem__(0, value))
     code, printed = run_claims(capsys, project)
     assert_refused(code, printed, str(path), "mrpc", "prediction", "not a list of numbers")
 

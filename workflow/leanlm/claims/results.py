@@ -82,7 +82,7 @@ def recompute(statistic: str, examples: Mapping[str, np.ndarray]) -> float:
     if statistic in REGISTERED_IN:
         importlib.import_module(REGISTERED_IN[statistic])
     if statistic == "mean":
-        return float(np.mean(np.asarray(examples["score"], dtype=np.float64)))
+        return float(np.mean(examples["score"]))
     if statistic == "perplexity":
         return compute("perplexity", examples["nll"], examples["units"])
     if statistic == "bleu":
@@ -129,8 +129,11 @@ def _examples(per_example: dict, statistic: str, roles: dict, metric: str, where
                         "was edited or damaged: rerun its job")
     examples = {}
     for role, name in fields.items():
-        values = np.asarray(data[name]) if isinstance(data[name], list) else np.asarray([data[name]], dtype=object)
-        if values.ndim != 1 or values.dtype.kind not in "biuf":
+        try:
+            values = np.asarray(data[name])
+        except ValueError:  # a list holding lists of other lengths: no array
+            values = np.asarray([None], dtype=object)
+        if values.ndim != 1 or values.dtype.kind not in "biuf":  # a scalar is 0-d, a string or a mixed list no number
             raise DataError(f"{where}: per_example field {name!r} of {metric} is not a list of numbers (one per "
                             "example); the file was edited or damaged: rerun its job")
         examples[role] = values
