@@ -320,3 +320,50 @@ def test_per_example_data_that_is_not_a_list_of_numbers_is_refused_naming_the_fi
     with pytest.raises(DataError) as err:
         _examples({"data": data}, "accuracy", {}, "accuracy", "runs/x/glue.json task sst2 seed 0")
     assert str(err.value).startswith("runs/x/glue.json task sst2 seed 0: " + message), str(err.value)
+
+
+def test_unequal_or_empty_per_example_fields_are_refused_and_one_example_is_not():
+    from leanlm.claims.results import _examples
+
+    where = "runs/x/glue.json task sst2 seed 0"
+    with pytest.raises(DataError) as err:
+        _examples({"data": {"prediction": [1, 0, 1], "reference": [1, 0]}}, "accuracy", {}, "accuracy", where)
+    assert str(err.value) == (f"{where}: the per-example fields of accuracy must hold one entry per evaluation example "
+                              "each, but hold prediction 3, reference 2; the file was cut or edited: rerun its job")
+    with pytest.raises(DataError, match="but hold prediction 0, reference 0;"):
+        _examples({"data": {"prediction": [], "reference": []}}, "accuracy", {}, "accuracy", where)
+    one = _examples({"data": {"prediction": [1], "reference": [1]}}, "accuracy", {}, "accuracy", where)
+    assert {k: v.tolist() for k, v in one.items()} == {"prediction": [1], "reference": [1]}
+
+
+def test_a_context_metric_resolves_to_the_longest_or_shortest_of_its_own_prefix():
+    """``perplexity_ctx@max`` / ``@min``: the largest / smallest n among the record's ``perplexity_ctx<n>``
+    metrics, compared as numbers (128 above 16), never another metric whose name happens to end in digits."""
+    from leanlm.claims.results import Missing, resolve_metric
+
+    results = [{"primary_metric": "word_perplexity", "metrics": {
+        "perplexity_ctx16": 1.0, "perplexity_ctx128": 1.0, "perplexity_ctx32": 1.0, "word_perplexity": 1.0,
+        "perplexity_ctxavg": 1.0, "perplexitywin_4096": 1.0}}]
+    assert resolve_metric(results, "perplexity_ctx@max", "t") == "perplexity_ctx128"
+    assert resolve_metric(results, "perplexity_ctx@min", "t") == "perplexity_ctx16"
+    assert resolve_metric(results, "primary", "t") == "word_perplexity"
+    assert resolve_metric(results, "perplexity_ctx32", "t") == "perplexity_ctx32"
+    with pytest.raises(Missing, match="^wikitext has no bleu<n> metrics$"):
+        resolve_metric(results, "bleu@max", "wikitext")
+
+
+@pytest.mark.parametrize("checkpoints, expected", [
+    ([{"bleu": 0.2}, {"bleu": 0.1}, {"bleu": 0.3}], (0.3, "the last checkpoint's bleu (of its checkpoints)")),
+    (None, (0.25, "its stored bleu")),
+    ([], (0.25, "its stored bleu")),
+    ([{"bleu": 0.2}, {"loss": 1.0}], (0.25, "its stored bleu")),       # the last holds no BLEU
+    ([{"bleu": 0.2}, 0.3], (0.25, "its stored bleu")),                 # not a checkpoint record
+    ({"bleu": 0.3}, (0.25, "its stored bleu")),                        # not a list
+])
+def test_translation_data_is_checked_against_the_last_checkpoint_s_bleu(checkpoints, expected):
+    """BLEU is the mean over the last epochs' checkpoints, and only the last checkpoint's sentences are kept: they
+    are checked against that checkpoint's BLEU where the record has one, else against the stored metric."""
+    from leanlm.claims.results import _per_example_target
+
+    result = {"metrics": {"bleu": 0.25}} if checkpoints is None else {"metrics": {"bleu": 0.25}, "checkpoints": checkpoints}
+    assert _per_example_target(result, "bleu", 0.25) == expected
