@@ -367,3 +367,33 @@ def test_translation_data_is_checked_against_the_last_checkpoint_s_bleu(checkpoi
 
     result = {"metrics": {"bleu": 0.25}} if checkpoints is None else {"metrics": {"bleu": 0.25}, "checkpoints": checkpoints}
     assert _per_example_target(result, "bleu", 0.25) == expected
+
+
+@pytest.mark.parametrize("results, error", [
+    (None, None),                                  # no "results" key: the task has no results, a Missing
+    ([], None),
+    (5, "its results must be a list of objects (one per task and seed), got int"),
+    ([{"task": "sst2", "seed": 0}, 3], "its results must be a list of objects (one per task and seed), got a int in it"),
+])
+def test_a_record_whose_results_are_no_list_of_objects_is_refused_naming_it(scratch_root, results, error):
+    """A damaged record's ``results`` (absent, empty, a number, a list holding a number): nothing for the task is
+    "not run" (Missing); the others are refused naming the file, not a raw TypeError or AttributeError."""
+    from leanlm.claims.results import Missing, Results
+    from leanlm.config import load_config
+
+    config = load_config(scratch_root / "params" / "smoke.yaml")
+    _write_run(scratch_root, config, REFERENCE, 0.8, tasks=["sst2"])
+    path = scratch_root / "results" / "smoke" / "runs" / REFERENCE / "glue.json"
+    doc = json.loads(path.read_text())
+    if results is None:
+        del doc["results"]
+    else:
+        doc["results"] = results
+    path.write_text(json.dumps(doc))
+    if error is None:
+        with pytest.raises(Missing, match=f"^{REFERENCE} has no sst2 results in its glue record$"):
+            Results(config).task_results(REFERENCE, "glue", "sst2")
+    else:
+        with pytest.raises(DataError) as err:
+            Results(config).task_results(REFERENCE, "glue", "sst2")
+        assert str(err.value).startswith(f"{path}: {error}"), str(err.value)

@@ -181,7 +181,13 @@ class Results:
         return self._records[path]
 
     def task_results(self, run_id: str, family: str, task: str) -> list[dict]:
-        results = [r for r in self.family_record(run_id, family).get("results", []) if r.get("task") == task]
+        every = self.family_record(run_id, family).get("results", [])
+        if not isinstance(every, list) or not all(isinstance(r, dict) for r in every):
+            found = type(every).__name__ if not isinstance(every, list) else \
+                f"a {next(type(r).__name__ for r in every if not isinstance(r, dict))} in it"
+            raise DataError(f"{self._path(run_id, family)}: its results must be a list of objects (one per task and "
+                            f"seed), got {found}; the file was edited or damaged: rerun its job")
+        results = [r for r in every if r.get("task") == task]
         if not results:
             raise Missing(f"{run_id} has no {task} results in its {family} record")
         return sorted(results, key=lambda r: r["seed"])
