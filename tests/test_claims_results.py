@@ -397,3 +397,30 @@ def test_a_record_whose_results_are_no_list_of_objects_is_refused_naming_it(scra
         with pytest.raises(DataError) as err:
             Results(config).task_results(REFERENCE, "glue", "sst2")
         assert str(err.value).startswith(f"{path}: {error}"), str(err.value)
+
+
+def test_a_seed_s_score_is_read_from_its_metrics_refusing_what_is_not_there_or_not_a_number(scratch_root):
+    """One seed's stored metric: absent (or no metrics at all): Missing naming where; not a finite number or
+    metrics that are no mapping: refused naming where and the metric; without per-example statistics (MultiRC's
+    grouped F1a) the stored value alone, with its seed and evaluation set."""
+    from leanlm.claims.results import Missing, Results
+    from leanlm.config import load_config
+
+    reader = Results(load_config(scratch_root / "params" / "smoke.yaml"))
+    where = "runs/x/superglue.json task multirc seed 3"
+
+    def read(result):
+        return reader._seed_scores(result, "f1a", "superglue/multirc", where, "rerun it")
+
+    scores = read({"seed": 3, "metrics": {"f1a": 0.61, "em": 0.2}})
+    assert (scores.seed, scores.value, scores.eval_set, scores.examples) == (3, 0.61, "superglue/multirc", None)
+    for result in ({"seed": 3, "metrics": {"em": 0.2}}, {"seed": 3}):
+        with pytest.raises(Missing) as err:
+            read(result)
+        assert str(err.value) == f"{where} has no metric f1a"
+    with pytest.raises(DataError) as err:
+        read({"seed": 3, "metrics": {"f1a": float("nan")}})
+    assert str(err.value).startswith(f"{where}: metric f1a = nan is not a finite number")
+    with pytest.raises(DataError) as err:
+        read({"seed": 3, "metrics": ["f1a"]})
+    assert str(err.value).startswith(f"{where}: its metrics must be an object of metric values, got list")

@@ -193,9 +193,13 @@ class Results:
         return sorted(results, key=lambda r: r["seed"])
 
     def _seed_scores(self, result: dict, metric: str, eval_set: str, where: str, rerun: str) -> SeedScores:
-        if metric not in result.get("metrics", {}):
+        metrics = result.get("metrics", {})
+        if not isinstance(metrics, dict):
+            raise DataError(f"{where}: its metrics must be an object of metric values, got {type(metrics).__name__}; "
+                            f"the file was edited or damaged: rerun its job ({rerun})")
+        if metric not in metrics:
             raise Missing(f"{where} has no metric {metric}")
-        value = _finite(result["metrics"][metric], f"metric {metric}", where)
+        value = _finite(metrics[metric], f"metric {metric}", where)
         per_example = result.get("per_example") or {}
         spec = (per_example.get("statistics") or {}).get(metric)
         if not spec:
