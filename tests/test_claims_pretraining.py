@@ -221,3 +221,44 @@ def test_a_ratio_part_over_replicas_is_widened_on_its_log_scale(scratch_root):
     assert 0 < forward.low < forward.estimate < forward.high, forward
     assert inverted.estimate == pytest.approx(1 / forward.estimate)
     assert (inverted.low, inverted.high) == pytest.approx((1 / forward.high, 1 / forward.low), rel=0.01), (forward, inverted)
+
+
+def test_replicas_are_read_each_from_its_own_record_and_must_share_fine_tuning_seeds(scratch_root):
+    """Every replica of a run is read from its own record: a replica fine-tuned with fewer seeds leaves the part
+    not run, listing each replica's seeds; a replica whose stored metric disagrees with its data is refused
+    naming that replica's file and the command that reruns it."""
+    import json
+
+    import yaml
+
+    from leanlm.claims.results import Missing, Results
+    from leanlm.config import _load_matrix_cached, load_config
+    from leanlm.errors import DataError
+    from test_claims import _write_run
+
+    path = scratch_root / "params" / "smoke.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch2_hashformers"]}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    _load_matrix_cached.cache_clear()
+    config = load_config(path)
+    run = "ch2_hashformers-lsh_pool"
+    for suffix, seeds in (("", (0, 1)), ("@p1", (0,)), ("@p2", (0, 1))):
+        _write_run(scratch_root, config, f"{run}{suffix}", 0.8, seeds=seeds, tasks=["sst2"])
+    with pytest.raises(Missing, match="^sst2 has no perplexity_ctx<n> metrics$"):
+        Results(config).measurement(run, "glue", "sst2", "perplexity_ctx@max")
+    with pytest.raises(Missing) as err:
+        Results(config).measurement(run, "glue", "sst2", "primary")
+    assert str(err.value) == (f"the pretraining replicas of {run} on sst2 have other fine-tuning seeds ({run}: [0, 1], "
+                              f"{run}@p1: [0], {run}@p2: [0, 1]); rerun the ones that lack some")
+
+    _write_run(scratch_root, config, f"{run}@p1", 0.8, seeds=(0, 1), tasks=["sst2"])
+    replica = scratch_root / "results" / "smoke" / "runs" / f"{run}@p2" / "glue.json"
+    record = json.loads(replica.read_text())
+    record["results"][1]["metrics"]["accuracy"] += 0.01
+    replica.write_text(json.dumps(record))
+    with pytest.raises(DataError) as err:
+        Results(config).measurement(run, "glue", "sst2", "primary")
+    assert str(err.value).startswith(f"{replica} task sst2 seed 1: accuracy recomputed from its per-example data is")
+    assert str(err.value).endswith(f"Rerun the job (`leanlm finetune --params {path} --run {run}@p2 --family glue`, or "
+                                   "delete the file and run snakemake)")

@@ -424,3 +424,43 @@ def test_a_seed_s_score_is_read_from_its_metrics_refusing_what_is_not_there_or_n
     with pytest.raises(DataError) as err:
         read({"seed": 3, "metrics": ["f1a"]})
     assert str(err.value).startswith(f"{where}: its metrics must be an object of metric values, got list")
+
+
+def test_stored_metrics_are_checked_against_their_per_example_data_within_the_stated_tolerance(scratch_root):
+    """The record check of one seed: a stored metric equal to its recomputation to 1e-6 relative, or 1e-9 absolute
+    near 0, is read; one further off is refused naming where, what and the command to rerun; an unknown statistic
+    and a non-finite checkpoint BLEU are refused naming where."""
+    from leanlm.claims.results import Results
+    from leanlm.config import load_config
+    from leanlm.errors import LeanLMError
+    from leanlm.evaluation import per_example
+
+    reader = Results(load_config(scratch_root / "params" / "smoke.yaml"))
+    where, rerun = "runs/x/squad.json task squad_v1 seed 0", "`leanlm finetune ...`"
+
+    def read(scores, stored, statistic="mean", **extra):
+        pe = per_example.scores({"f1": scores}, {"squad_f1": [statistic, {"score": "f1"}]})
+        return reader._seed_scores({"seed": 0, "metrics": {"squad_f1": stored}, "per_example": pe, **extra},
+                                   "squad_f1", "squad/squad_v1", where, rerun)
+
+    scores = [0.25, 0.5, 1.0, 0.75]
+    kept = read(scores, 0.625 * (1 + 5e-7))  # within 1e-6 relative (3e-7 absolute: beyond the 1e-9 floor)
+    assert (kept.seed, kept.value, kept.statistic, kept.eval_set) == (0, 0.625 * (1 + 5e-7), "mean", "squad/squad_v1")
+    assert kept.examples["score"].tolist() == scores
+    assert read([2e-10, 0.0], 0.0).value == 0.0  # near 0: the absolute floor
+    with pytest.raises(DataError) as err:
+        read(scores, 0.625 * (1 + 2e-6))
+    assert str(err.value).startswith(f"{where}: squad_f1 recomputed from its per-example data is 0.625, but its "
+                                     f"stored squad_f1 is {0.625 * (1 + 2e-6)!r}: the data or the metric was changed")
+    assert str(err.value).endswith(f"Rerun the job ({rerun})")
+    with pytest.raises(DataError) as err:
+        reader._seed_scores({"seed": 0, "metrics": {"squad_f1": 0.625}, "per_example": {
+            "statistics": {"squad_f1": ["mean", {"score": "f1"}]}, "data": {}}}, "squad_f1", "squad/squad_v1", where, rerun)
+    assert str(err.value).startswith(f"{where}: per_example of squad_f1 names field(s) ['f1'] that its data lacks")
+    with pytest.raises(LeanLMError) as err:
+        read(scores, 0.625, statistic="mode")
+    assert str(err.value) == f"{where}: per_example statistic 'mode' of squad_f1 is unknown"
+    with pytest.raises(DataError) as err:
+        read(scores, 0.625, checkpoints=[{"squad_f1": 0.6}, {"squad_f1": float("nan")}])
+    assert str(err.value).startswith(f"{where}: the last checkpoint's squad_f1 (of its checkpoints) = nan is not a "
+                                     "finite number")
