@@ -36,6 +36,7 @@ def test_a_lower_is_better_metric_is_judged_the_right_way_round(scratch_root, a_
     part = result.parts[0]
     assert (part.a, part.b) == pytest.approx((a_perplexity, b_perplexity), rel=1e-6)
     assert part.verdict == result.verdict == expected, (part.interval, part.reason)
+    assert part.reason == "" and part.checked == []  # judged on its interval: nothing to explain
     assert part.interval.estimate == pytest.approx(b_perplexity - a_perplexity, rel=1e-6)  # how much lower A's is
 
 
