@@ -139,22 +139,28 @@ def test_replicas_must_be_fine_tuned_alike():
         Measurement((SeedScores(0, 1.0),), replicas=((SeedScores(0, 1.0),),), pretrain_seeds=(0,))
 
 
-def test_the_claims_read_every_pretraining_replica_of_their_runs(scratch_root):
-    """A profile that pretrains the compared runs 3 times: each part's interval resamples the pretraining
-    seeds (basis pretraining+...), the report says "3 pretraining runs"; a replica without results makes
-    the part "not run", naming its file."""
+def _pretrained_three_times(root):
+    """The smoke profile (its file and config) with ch. 2's HashFormers pretrained with seeds 0, 1 and 2."""
     import yaml
 
-    from leanlm.claims.report import evaluate_all, markdown, to_frame
     from leanlm.config import _load_matrix_cached, load_config
-    from test_claims import BASE, _write_claims, _write_run
 
-    path = scratch_root / "params" / "smoke.yaml"
+    path = root / "params" / "smoke.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch2_hashformers"]}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     _load_matrix_cached.cache_clear()
-    config = load_config(path)
+    return path, load_config(path)
+
+
+def test_the_claims_read_every_pretraining_replica_of_their_runs(scratch_root):
+    """A profile that pretrains the compared runs 3 times: each part's interval resamples the pretraining
+    seeds (basis pretraining+...), the report says "3 pretraining runs"; a replica without results makes
+    the part "not run", naming its file."""
+    from leanlm.claims.report import evaluate_all, markdown, to_frame
+    from test_claims import BASE, _write_claims, _write_run
+
+    path, config = _pretrained_three_times(scratch_root)
     tasks = config["finetune"]["glue"]["tasks"]
     for suffix, shift in (("", 0.0), ("@p1", 0.03), ("@p2", -0.02)):
         _write_run(scratch_root, config, f"ch2_hashformers-lsh_pool{suffix}", 0.85 + shift, seeds=(0, 1), tasks=tasks)
@@ -197,18 +203,10 @@ def test_a_ratio_part_over_replicas_is_widened_on_its_log_scale(scratch_root):
     pretraining runs is large. Made on the ratio's log scale, it says the same judged either way round: the
     interval of B / A is that of A / B inverted (to the percentiles' interpolation), and above 0. Widened
     linearly, it would not be: the two directions would disagree."""
-    import yaml
-
     from leanlm.claims.report import evaluate_all
-    from leanlm.config import _load_matrix_cached, load_config
     from test_claims import BASE, _write_claims, _write_run
 
-    path = scratch_root / "params" / "smoke.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch2_hashformers"]}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    _load_matrix_cached.cache_clear()
-    config = load_config(path)
+    path, config = _pretrained_three_times(scratch_root)
     lsh, md5 = "ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"
     for suffix, weak in (("", 0.6), ("@p1", 0.05), ("@p2", 0.5)):
         _write_run(scratch_root, config, f"{lsh}{suffix}", 0.9, seeds=(0, 1), tasks=["sst2"])
@@ -229,19 +227,11 @@ def test_replicas_are_read_each_from_its_own_record_and_must_share_fine_tuning_s
     naming that replica's file and the command that reruns it."""
     import json
 
-    import yaml
-
     from leanlm.claims.results import Missing, Results
-    from leanlm.config import _load_matrix_cached, load_config
     from leanlm.errors import DataError
     from test_claims import _write_run
 
-    path = scratch_root / "params" / "smoke.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["pretrain_seeds"] = {"seeds": [0, 1, 2], "experiments": ["ch2_hashformers"]}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    _load_matrix_cached.cache_clear()
-    config = load_config(path)
+    path, config = _pretrained_three_times(scratch_root)
     run = "ch2_hashformers-lsh_pool"
     for suffix, seeds in (("", (0, 1)), ("@p1", (0,)), ("@p2", (0, 1))):
         _write_run(scratch_root, config, f"{run}{suffix}", 0.8, seeds=seeds, tasks=["sst2"])
