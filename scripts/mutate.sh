@@ -34,7 +34,7 @@ cd "$work"
 # creates it is cached by Python as "no such folder", so the tests would import the unmutated package.
 unset PYTHONPATH
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# mutmut copies a module it does not mutate only once: drop the copies older than their sources first.
+# mutmut never removes a copy of the package: drop those of modules deleted since an earlier run first.
 "$python" "$root/scripts/mutation_refresh.py" .
 nice -n 19 "$python" -m mutmut run --max-children "${JOBS:-1}" "$@" || true
 "$python" "$root/scripts/mutation_scores.py" "$@"

@@ -1,12 +1,10 @@
-"""Drop the copies of the package in a mutmut work folder that are older than their source (scripts/mutate.sh
-runs it before each run).
+"""Drop the copies of the package in a mutmut work folder whose source is gone (scripts/mutate.sh runs it
+before each run).
 
-mutmut copies the package into ``mutants/src`` once and, on later runs, copies a file again only if its copy
-is missing: it re-mutates a mutated module whose source changed, but a module it does not mutate (the
-config loader, a registry, a new helper's caller) keeps its first copy. The mutants were then run against a
-mix of today's mutated modules and yesterday's rest of the package. Removing each stale copy (its source is
-newer, or gone) makes mutmut copy it afresh; a mutated module's copy is regenerated either way, since mutmut
-re-mutates a source newer than its copy.
+mutmut copies every module of the package into ``mutants/src`` at each run (mutating the configured ones),
+but never removes a copy: a module deleted or renamed since an earlier run stays importable there, so a test
+could pass against code that no longer exists. Each such copy is removed (mutmut's ``.meta`` files, its
+results, have no source and are kept).
 
 Usage: python scripts/mutation_refresh.py <work folder>   (the folder holding ``src`` and ``mutants``)
 """
@@ -18,18 +16,12 @@ from pathlib import Path
 
 
 def stale_copies(work: Path) -> list[Path]:
-    """The files under ``work/mutants/src`` whose source under ``work/src`` is newer, or missing (mutmut's
-    ``.meta`` files, its results, have no source and are kept)."""
+    """The files under ``work/mutants/src`` without a source under ``work/src`` (mutmut's ``.meta`` files apart)."""
     copies = work / "mutants" / "src"
     if not copies.is_dir():
         return []
-    stale = []
-    for copy in sorted(p for p in copies.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                       and p.suffix != ".meta"):  # mutmut's own record of a module's mutants and their results
-        source = work / "src" / copy.relative_to(copies)
-        if not source.is_file() or source.stat().st_mtime_ns > copy.stat().st_mtime_ns:
-            stale.append(copy)
-    return stale
+    return sorted(p for p in copies.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".meta"
+                  and not (work / "src" / p.relative_to(copies)).is_file())
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +30,7 @@ def main(argv: list[str]) -> int:
     for copy in stale:
         copy.unlink()
     if stale:
-        print(f"mutation_refresh: {len(stale)} stale copies of the package removed from {work / 'mutants' / 'src'}")
+        print(f"mutation_refresh: {len(stale)} copies of deleted modules removed from {work / 'mutants' / 'src'}")
     return 0
 
 

@@ -193,7 +193,7 @@ def test_sides_of_opposite_directions_are_refused_naming_the_part(scratch_root):
                               "(lm_eval_lambada_openai): the two sides have opposite directions (one lower-is-better)")
 
 
-def test_a_timing_difference_is_judged_on_the_rounds_differences_and_unequal_rounds_are_not_run(scratch_root):
+def test_a_timing_difference_is_judged_on_the_rounds_differences_and_unequal_rounds_are_refused(scratch_root):
     """A timing part with ``effect: difference`` is judged on the per-round differences (their mean, not a
     geometric mean of ratios); a speed record whose runs have different numbers of rounds is refused when it is
     read, naming the record and the rule to rerun (no part pairs rounds that do not match)."""

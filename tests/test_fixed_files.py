@@ -78,3 +78,18 @@ def test_a_task_file_added_between_two_loads_is_seen_by_the_second(scratch_root)
         task_names()
     with pytest.raises(ConfigError, match="is defined twice"):
         load_config(smoke)
+
+
+def test_the_project_root_from_leanlm_root_does_not_need_the_working_directory(tmp_path, monkeypatch):
+    """With LEANLM_ROOT set, the root is that folder even where the working directory has been deleted (a job
+    started in a scratch folder that is gone): finding the root never asks for the working directory then."""
+    from leanlm import paths
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path))
+    assert paths.project_root() == tmp_path.resolve()
+    with files_fixed():
+        assert paths.project_root() == tmp_path.resolve()

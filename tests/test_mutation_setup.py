@@ -60,10 +60,11 @@ def test_collecting_the_mutation_selection_leaves_one_thread(tmp_path):
     assert set(seen["other_threads"]) <= FORK_SAFE_THREADS, seen
 
 
-def test_a_rerun_copies_again_each_module_changed_since_the_last(tmp_path):
-    """mutmut copies the package once; a module it does not mutate kept its first copy on later runs, so the
-    mutants ran against a stale package. scripts/mutation_refresh.py removes every copy older than its source
-    (or without one) before a run, and nothing else: not mutmut's results."""
+def test_a_rerun_drops_the_copies_of_deleted_modules(tmp_path):
+    """mutmut copies the package at each run but never removes a copy: a module deleted since stayed importable
+    in the mutants' tree. scripts/mutation_refresh.py removes every copy without a source before a run, and
+    nothing else: not a copy older or newer than its source (mutmut copies or re-mutates those itself), not
+    mutmut's results."""
     sys.path.insert(0, str(REPO / "scripts"))
     try:
         from mutation_refresh import main, stale_copies
@@ -73,18 +74,15 @@ def test_a_rerun_copies_again_each_module_changed_since_the_last(tmp_path):
     src, copies = tmp_path / "src" / "leanlm", tmp_path / "mutants" / "src" / "leanlm"
     for folder in (src, copies):
         folder.mkdir(parents=True)
-    for name in ("config.py", "unchanged.py", "mutated.py", "gone.py"):
+    for name in ("config.py", "mutated.py", "gone.py"):
         (src / name).write_text("x = 1\n")
-        os.utime(src / name, ns=(10**18, 10**18))
         (copies / name).write_text("x = 1\n")
-        os.utime(copies / name, ns=(10**18, 10**18))  # copied with the source's time, as mutmut's copy2 does
-    os.utime(copies / "mutated.py", ns=(2 * 10**18, 2 * 10**18))  # mutated after copying: newer than its source
-    (copies / "mutated.py.meta").write_text("{}")  # mutmut's results of that module's mutants: no source
     os.utime(src / "config.py", ns=(3 * 10**18, 3 * 10**18))  # edited since the copy
+    (copies / "mutated.py.meta").write_text("{}")  # mutmut's results of that module's mutants: no source
     (src / "gone.py").unlink()
-    assert stale_copies(tmp_path) == [copies / "config.py", copies / "gone.py"]
+    assert stale_copies(tmp_path) == [copies / "gone.py"]
     assert main([str(tmp_path)]) == 0
-    assert sorted(p.name for p in copies.iterdir()) == ["mutated.py", "mutated.py.meta", "unchanged.py"]
+    assert sorted(p.name for p in copies.iterdir()) == ["config.py", "mutated.py", "mutated.py.meta"]
     assert stale_copies(tmp_path / "nowhere") == []
 
 

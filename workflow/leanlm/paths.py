@@ -30,7 +30,9 @@ def is_project(folder: Path) -> bool:
 def project_root() -> Path:
     """``$LEANLM_ROOT``, else the nearest folder at or above the working directory that holds a project, else the
     one around the package, else the working directory (found once per pass over unchanging files)."""
-    return once(("project root", os.environ.get(ROOT_ENV), os.getcwd()), _find_project_root)
+    env = os.environ.get(ROOT_ENV)
+    # the working directory only where it is looked at: with the variable set, it may even be gone
+    return once(("project root", env) if env else ("project root", None, os.getcwd()), _find_project_root)
 
 
 def _find_project_root() -> Path:

@@ -91,7 +91,7 @@ class DottedRegistry(Generic[T]):
 
     def targets(self) -> dict[str, str]:
         # read once per pass over unchanging files (a profile's checks ask ~1,000 times: leanlm.fixed_files)
-        return once(("registry", id(self)), self._targets)
+        return once(("registry", self), self._targets)  # the registry itself: no id reused after it is dropped
 
     def target(self, name: str) -> str:
         targets = self.targets()
