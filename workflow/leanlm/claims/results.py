@@ -156,6 +156,15 @@ def _per_example_target(result: dict, metric: str, value: float) -> tuple[float,
     return value, f"its stored {metric}"
 
 
+def _check_results_list(every, path: Path) -> None:
+    """A record's ``results`` must be a list of objects (a damaged file raised a raw TypeError before)."""
+    if not isinstance(every, list) or not all(isinstance(r, dict) for r in every):
+        found = type(every).__name__ if not isinstance(every, list) else \
+            f"a {next(type(r).__name__ for r in every if not isinstance(r, dict))} in it"
+        raise DataError(f"{path}: its results must be a list of objects (one per task and seed), got {found}; the "
+                        "file was edited or damaged: rerun its job")
+
+
 class Results:
     """A profile's results as the claims read them, each record checked once (see the module docstring)."""
 
@@ -177,17 +186,12 @@ class Results:
                 raise Missing(f"no results of {run_id} on {family} ({path})")
             doc = read_record(path)
             self.checker.family(doc, path)  # of this profile, run and family, made with its settings
+            _check_results_list(doc.get("results", []), path)
             self._records[path] = doc
         return self._records[path]
 
     def task_results(self, run_id: str, family: str, task: str) -> list[dict]:
-        every = self.family_record(run_id, family).get("results", [])
-        if not isinstance(every, list) or not all(isinstance(r, dict) for r in every):
-            found = type(every).__name__ if not isinstance(every, list) else \
-                f"a {next(type(r).__name__ for r in every if not isinstance(r, dict))} in it"
-            raise DataError(f"{self._path(run_id, family)}: its results must be a list of objects (one per task and "
-                            f"seed), got {found}; the file was edited or damaged: rerun its job")
-        results = [r for r in every if r.get("task") == task]
+        results = [r for r in self.family_record(run_id, family).get("results", []) if r.get("task") == task]
         if not results:
             raise Missing(f"{run_id} has no {task} results in its {family} record")
         return sorted(results, key=lambda r: r["seed"])
