@@ -410,13 +410,16 @@ def test_a_part_not_run_keeps_its_label_and_the_preconditions_it_passed(scratch_
 @pytest.mark.parametrize("tasks", ["each", "average"])
 def test_a_family_the_profile_has_no_settings_for_is_not_run(scratch_root, tasks):
     """A profile without a finetune block for the claim's family (here SuperGLUE's removed) cannot list the
-    tasks: the claim is not run, saying so, in one part labelled with what it compares."""
+    tasks: the claim is not run, saying so, one part per pair, each labelled with what it compares and
+    keeping the part it stands for (the report prints its effect and region)."""
     config = _config(scratch_root)
     del config["finetune"]["superglue"]
+    pairs = [["ch3_encoder-mha", "ch3_encoder-sha"], ["ch3_encoder-mhe_mul", "ch3_encoder-sha"]]
     path = _claims_file(scratch_root, [{**BASE, "id": "ch3_no_block", "family": "superglue", "tasks": tasks,
-                                        "pairs": [["ch3_encoder-mha", "ch3_encoder-sha"]]}])
+                                        "pairs": pairs}])
     (result,) = _evaluate_with(config, path)
-    assert result.verdict == NOT_RUN and len(result.parts) == 1
-    (part,) = result.parts
-    assert (part.verdict, part.reason) == (NOT_RUN, "the profile has no finetune.superglue block")
-    assert part.label == "ch3_encoder-mha vs ch3_encoder-sha" + (" on superglue" if tasks == "average" else "")
+    assert result.verdict == NOT_RUN and len(result.parts) == 2
+    for part, claim_part, (a, b) in zip(result.parts, result.claim.parts, pairs):
+        assert part.part is claim_part and (part.part.a.label, part.part.b.label) == (a, b)
+        assert (part.verdict, part.reason) == (NOT_RUN, "the profile has no finetune.superglue block")
+        assert part.label == f"{a} vs {b}" + (" on superglue" if tasks == "average" else "")

@@ -304,6 +304,34 @@ def test_an_evaluation_reads_each_record_once_and_judges_preconditions_reproduci
     assert second.parts[0].checked == first.parts[0].checked and second.parts[0].interval == first.parts[0].interval
 
 
+def test_one_reader_serves_every_part_and_every_claim(scratch_root, monkeypatch):
+    """A ``tasks: each`` claim has one part per task, all reading the same two records; two such claims read
+    them once in all (evaluate_all's reader), and a claim evaluated on its own builds one reader for its
+    parts, not one per part."""
+    from collections import Counter
+
+    from leanlm.claims import results as res
+    from leanlm.claims import spec, verdicts
+    from leanlm.claims.report import evaluate_all
+    from test_claims_preconditions import BASE, CLEAR_WIN, _claims_file, _each_task_runs
+
+    config, tasks = _each_task_runs(scratch_root, failing=None)
+    assert len(tasks) > 1
+    each = {**BASE, "pairs": CLEAR_WIN, "tasks": "each"}
+    path = _claims_file(scratch_root, [{**each, "id": "ch2_first"}, {**each, "id": "ch2_second"}])
+    reads = Counter()
+    read_record = res.read_record
+    monkeypatch.setattr(res, "read_record", lambda p: reads.update([p]) or read_record(p))
+    first, second = evaluate_all(config, draws=300, claims_file=path)
+    assert len(first.parts) == len(second.parts) == len(tasks)
+    assert len(reads) == 2 and set(reads.values()) == {1}, reads  # lsh_add's record and md5_add's
+    reads.clear()
+    claim = spec.load_claims(path)[0]
+    alone = verdicts.evaluate_claim(claim, config, {"ch2_hashformers-lsh_add", "ch2_hashformers-md5_add"}, draws=300)
+    assert [p.verdict for p in alone.parts] == [p.verdict for p in first.parts]
+    assert len(reads) == 2 and set(reads.values()) == {1}, reads
+
+
 @pytest.mark.parametrize("field, message", [
     ([1, [0, 1], 0], "per_example field 'prediction' of accuracy is not a list of numbers (one per example)"),
     ("0 1 0", "per_example field 'prediction' of accuracy is not a list of numbers (one per example)"),
