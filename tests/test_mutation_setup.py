@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -84,6 +85,53 @@ def test_a_rerun_drops_the_copies_of_deleted_modules(tmp_path):
     assert main([str(tmp_path)]) == 0
     assert sorted(p.name for p in copies.iterdir()) == ["config.py", "mutated.py", "mutated.py.meta"]
     assert stale_copies(tmp_path / "nowhere") == []
+
+
+def _meta(codes):
+    return json.dumps({"exit_code_by_key": codes, "hash_by_function_name": {}, "durations_by_key": {}})
+
+
+def test_a_test_edited_since_the_map_makes_mutmut_map_again_and_rerun_all_but_the_killed(tmp_path):
+    """mutmut maps tests to functions once and never remaps a test it has seen: a test edited since to reach
+    a function it did not was never run on that function's mutants, which stayed "survived". When a file under
+    tests/ is newer than mutmut's stats, scripts/mutation_refresh.py drops the map and clears every result but
+    a kill (mutmut's exit code 1): survived (0), no tests (33), timeout (36)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from mutation_refresh import drop_test_map, main, tests_edited_since_mapped
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+
+    (tmp_path / "src").mkdir()
+    tests, mutants = tmp_path / "tests", tmp_path / "mutants"
+    (mutants / "src" / "leanlm").mkdir(parents=True)
+    tests.mkdir()
+    stats = {"tests_by_mangled_function_name": {"leanlm.m.x_f": ["tests/test_a.py::test_a"]},
+             "duration_by_test": {"tests/test_a.py::test_a": 0.5}, "config_fingerprint": {"test_selection": "abc"}}
+    (mutants / "mutmut-stats.json").write_text(json.dumps(stats))
+    meta = mutants / "src" / "leanlm" / "m.py.meta"
+    codes = {"leanlm.m.x_f__mutmut_1": 1, "leanlm.m.x_f__mutmut_2": 0, "leanlm.m.x_f__mutmut_3": 33,
+             "leanlm.m.x_f__mutmut_4": 36, "leanlm.m.x_f__mutmut_5": None}
+    meta.write_text(_meta(codes))
+    now = time.time_ns()
+    for name, ago in (("test_a.py", 300), ("claims_world.py", 100)):  # a helper counts as much as a test file
+        (tests / name).write_text("x = 1\n")
+        os.utime(tests / name, ns=(now - ago * 10**9, now - ago * 10**9))
+    os.utime(mutants / "mutmut-stats.json", ns=(now - 200 * 10**9, now - 200 * 10**9))  # the last run
+    assert tests_edited_since_mapped(tmp_path) == [tests / "claims_world.py"]
+
+    assert main([str(tmp_path)]) == 0
+    after = json.loads((mutants / "mutmut-stats.json").read_text())
+    assert after["tests_by_mangled_function_name"] == {} and after["duration_by_test"] == {}
+    assert after["config_fingerprint"] == stats["config_fingerprint"]  # else mutmut resets every result itself
+    assert json.loads(meta.read_text())["exit_code_by_key"] == {
+        "leanlm.m.x_f__mutmut_1": 1, "leanlm.m.x_f__mutmut_2": None, "leanlm.m.x_f__mutmut_3": None,
+        "leanlm.m.x_f__mutmut_4": None, "leanlm.m.x_f__mutmut_5": None}
+    assert tests_edited_since_mapped(tmp_path) == []  # the stats are now newer than every test file
+    meta.write_text(_meta({"leanlm.m.x_f__mutmut_2": 0}))
+    assert main([str(tmp_path)]) == 0 and json.loads(meta.read_text())["exit_code_by_key"] == {"leanlm.m.x_f__mutmut_2": 0}
+    assert drop_test_map(tmp_path) == 1
+    assert tests_edited_since_mapped(tmp_path / "nowhere") == []  # no run yet: nothing to drop
 
 
 def test_mutate_sh_refreshes_the_copies_before_mutmut_runs():
