@@ -382,6 +382,8 @@ def test_a_context_metric_resolves_to_the_longest_or_shortest_of_its_own_prefix(
 
 @pytest.mark.parametrize("checkpoints, expected", [
     ([{"bleu": 0.2}, {"bleu": 0.1}, {"bleu": 0.3}], (0.3, "the last checkpoint's bleu (of its checkpoints)")),
+    ([{"bleu": 0.3}], (0.3, "the last checkpoint's bleu (of its checkpoints)")),            # one epoch averaged
+    ([{"bleu": 0.2}, {"loss": 1.0}, {"bleu": 0.3}], (0.3, "the last checkpoint's bleu (of its checkpoints)")),
     (None, (0.25, "its stored bleu")),
     ([], (0.25, "its stored bleu")),
     ([{"bleu": 0.2}, {"loss": 1.0}], (0.25, "its stored bleu")),       # the last holds no BLEU
@@ -424,7 +426,7 @@ def test_a_record_whose_results_are_no_list_of_objects_is_refused_naming_it(scra
     else:
         with pytest.raises(DataError) as err:
             Results(config).task_results(REFERENCE, "glue", "sst2")
-        assert str(err.value).startswith(f"{path}: {error}"), str(err.value)
+        assert str(err.value) == f"{path}: {error}; the file was edited or damaged: rerun its job"
 
 
 def test_a_seed_s_score_is_read_from_its_metrics_refusing_what_is_not_there_or_not_a_number(scratch_root):
@@ -448,7 +450,8 @@ def test_a_seed_s_score_is_read_from_its_metrics_refusing_what_is_not_there_or_n
         assert str(err.value) == f"{where} has no metric f1a"
     with pytest.raises(DataError) as err:
         read({"seed": 3, "metrics": {"f1a": float("nan")}})
-    assert str(err.value).startswith(f"{where}: metric f1a = nan is not a finite number")
+    assert str(err.value) == (f"{where}: metric f1a = nan is not a finite number (a failed evaluation, or an edited "
+                              "or damaged file); find the cause in the job's log and rerun the job")
     with pytest.raises(DataError) as err:
         read({"seed": 3, "metrics": ["f1a"]})
     assert str(err.value).startswith(f"{where}: its metrics must be an object of metric values, got list")

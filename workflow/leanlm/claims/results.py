@@ -132,8 +132,9 @@ def _examples(per_example: dict, statistic: str, roles: dict, metric: str, where
         try:
             values = np.asarray(data[name])
         except ValueError:  # a list holding lists of other lengths: no array
-            values = np.asarray([None], dtype=object)
-        if values.ndim != 1 or values.dtype.kind not in "biuf":  # a scalar is 0-d, a string or a mixed list no number
+            values = None
+        # a scalar is 0-d, a string or a mixed list no number
+        if values is None or values.ndim != 1 or values.dtype.kind not in "biuf":
             raise DataError(f"{where}: per_example field {name!r} of {metric} is not a list of numbers (one per "
                             "example); the file was edited or damaged: rerun its job")
         examples[role] = values
