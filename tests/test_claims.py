@@ -3,6 +3,7 @@ the thesis, and the stage turns results with a known truth into the right verdic
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from pathlib import Path
@@ -257,3 +258,58 @@ def test_a_run_the_subset_leaves_out_is_not_run_naming_the_subset(scratch_root):
     (result,) = evaluate_all(config, draws=200, claims_file=path)
     assert result.verdict == "not run"
     assert result.parts[0].reason == "not run at this profile (subset cpu): ch4_uniform-static_emb_qk"
+
+
+# --------------------------------------------------------------------------- a precondition's comparison
+WHERE = "params/claims.yaml: claim ch9_c, part 1"
+
+
+def _guarded(a, b, **claim):
+    from leanlm.claims.spec import _part
+
+    return _part({"family": "glue", "tasks": ["sst2", "cola"], "metric": "accuracy", **claim}, {"a": a, "b": b}, None,
+                 WHERE)
+
+
+def test_a_precondition_takes_the_guarded_part_s_experiments_family_tasks_and_metric():
+    """``{experiment}-`` names a run of side A's experiment, ``{experiment_b}-`` of side B's, in a run given as a
+    string or as a side with its own metric; the experiment is what precedes the first "-" (a run's own name
+    may hold more); family, tasks and metric default to the part's; the reason's whitespace is folded."""
+    from leanlm.claims.spec import _condition
+
+    guarded = _guarded("ch9_x-run-one", {"run": "ch8_y-run-two", "metric": "mcc"})
+    raw = {"a": "{experiment}-mha", "b": {"run": "{experiment_b}-sha", "metric": "f1"}, "test": "better",
+           "reason": "  The reference\n must  learn. "}
+    cond = _condition("ref", raw, guarded, WHERE)
+    assert (cond.name, cond.reason, cond.kind) == ("ref", "The reference must learn.", "compare")
+    assert (cond.part.a.runs, cond.part.b.runs) == (("ch9_x-mha",), ("ch8_y-sha",))
+    assert (cond.part.a.metric, cond.part.b.metric) == (None, "f1")
+    assert (cond.part.family, cond.part.tasks, cond.part.metric) == ("glue", ("sst2", "cola"), "accuracy")
+    assert raw["b"] == {"run": "{experiment_b}-sha", "metric": "f1"}  # shared by every part requiring it: unchanged
+    own_margin = {**raw, "margin": "{margin}"}  # each part's own margin, the same raw precondition for both
+    for margin in (0.5, 2.0):
+        cond = _condition("ref", own_margin, _guarded("ch9_x-a", "ch9_x-b", margin=margin), WHERE)
+        assert (cond.part.margin, cond.part.region) == (margin, (margin, math.inf))
+    assert own_margin["margin"] == "{margin}"
+    varies = _condition("moves", {"varies": "{experiment}-bert_mlm", "reason": "It must vary."}, guarded, WHERE)
+    assert (varies.kind, varies.reason) == ("varies", "It must vary.")
+    assert varies.part.a.runs == varies.part.b.runs == ("ch9_x-bert_mlm",)
+    assert (varies.part.family, varies.part.tasks, varies.part.metric) == ("glue", ("sst2", "cola"), "accuracy")
+
+
+@pytest.mark.parametrize("a, b, raw, message", [
+    ({"constant": 0.5}, {"baseline": "majority"}, {"a": "{experiment}-mha", "b": {"baseline": "majority"}},
+     ": precondition p names '{experiment}-mha', but the part has no run to take the experiment from"),
+    ("ch9_x-mha", {"baseline": "majority"}, {"a": "{experiment}-mha", "b": "{experiment_b}-sha"},
+     ": precondition p names '{experiment_b}-sha', but the part has no run on side B to take the experiment from"),
+    ("ch9_x-mha", "ch9_x-sha", {"a": "{experiment}-mha", "b": "{experiment}-sha", "test": "worse", "effect": "factor"},
+     ", precondition p: effect factor supports test better only (A more than margin times B)"),
+    ("ch9_x-mha", "ch9_x-sha", {"varies": "{experiment}-mha", "test": "worse", "effect": "factor"},
+     ", precondition p: effect factor supports test better only (A more than margin times B)"),
+])
+def test_a_precondition_that_cannot_be_built_is_refused_naming_the_part_and_precondition(a, b, raw, message):
+    from leanlm.claims.spec import _condition
+
+    with pytest.raises(ConfigError) as err:
+        _condition("p", {**raw, "reason": "Why."}, _guarded(a, b), WHERE)
+    assert str(err.value) == WHERE + message

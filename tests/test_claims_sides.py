@@ -239,3 +239,44 @@ def test_a_baseline_side_names_the_task_that_lacks_the_metric_it_asks_for(scratc
                                             "metric": "perplexity_ctx@max", "parts": [
                                                 {"a": {"baseline": "majority"}, "b": "ch4_uniform-standard"}]})
     assert (part.verdict, part.reason) == (NOT_RUN, "lm_eval_arc_easy has no perplexity_ctx<n> metrics")
+
+
+M = 1.25  # a margin (a difference of 1.25, or a ratio of 1.25)
+
+
+@pytest.mark.parametrize("test, effect, margin, region", [
+    ("better", "difference", M, (M, np.inf)),
+    ("not_worse", "difference", M, (-M, np.inf)),
+    ("equivalent", "difference", M, (-M, M)),
+    ("worse", "difference", M, (-np.inf, -M)),
+    ("not_better", "difference", M, (-np.inf, M)),
+    ("better", "difference", None, (0.0, np.inf)),       # no margin: any improvement
+    ("better", "ratio", M, (M, np.inf)),
+    ("not_worse", "ratio", M, (1 / M, np.inf)),
+    ("equivalent", "ratio", M, (1 / M, M)),
+    ("worse", "ratio", M, (0.0, 1 / M)),
+    ("not_better", "ratio", M, (0.0, M)),
+    ("better", "ratio", None, (1.0, np.inf)),            # no margin: a ratio above 1
+    ("better", "factor", 2.0, (0.0, np.inf)),            # A - 2 B above 0: "more than twice B"
+    ("better", "factor", None, (0.0, np.inf)),
+])
+def test_each_test_allows_the_effects_the_claims_file_documents(test, effect, margin, region):
+    """region_of, the effects a part's test allows (params/claims.yaml's header): differences around 0 by the
+    margin, ratios around 1 by a factor, a factor effect (A - m B) above 0."""
+    from leanlm.claims.spec import region_of
+
+    assert region_of(test, effect, margin) == pytest.approx(region)
+
+
+@pytest.mark.parametrize("test, effect, margin, message", [
+    ("worse", "factor", 2.0, "effect factor supports test better only (A more than margin times B)"),
+    ("equivalent", "factor", None, "effect factor supports test better only (A more than margin times B)"),
+    ("better", "ratio", 0.0, "a ratio's margin is a factor > 0"),
+    ("better", "ratio", -2.0, "a ratio's margin is a factor > 0"),
+])
+def test_a_region_no_test_can_have_is_refused_saying_why(test, effect, margin, message):
+    from leanlm.claims.spec import region_of
+
+    with pytest.raises(ValueError) as err:
+        region_of(test, effect, margin)
+    assert str(err.value) == message

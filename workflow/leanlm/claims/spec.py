@@ -181,14 +181,14 @@ def _condition(name: str, raw: dict, guarded: Part, where: str) -> Condition:
             return run if isinstance(side, str) else {**side, "run": run}
         return side
 
-    defaults = {"family": guarded.family, "metric": guarded.metric,
-                "tasks": list(guarded.tasks) if isinstance(guarded.tasks, tuple) else guarded.tasks}
-    body = {k: v for k, v in raw.items() if k not in ("reason", "varies")}
+    # _part reads only the keys of a comparison: a precondition's reason and varies pass through unread
+    defaults = {"family": guarded.family, "metric": guarded.metric, "tasks": guarded.tasks}
+    body = dict(raw)  # a copy: the raw precondition is shared by every part that requires it
     reason = " ".join(raw["reason"].split())
     if "varies" in raw:
         run = place(raw["varies"])
         part = _part(defaults, {**body, "a": run, "b": run}, None, f"{where}, precondition {name}")
-        return Condition(name=name, reason=reason, part=replace(part, test="varies"), kind="varies")
+        return Condition(name=name, reason=reason, part=part, kind="varies")  # its part's test is not read
     if body.get("margin") == PART_MARGIN:
         body["margin"] = guarded.margin or 0.0
     part = _part(defaults, {**body, "a": place(raw["a"]), "b": place(raw["b"])}, None, f"{where}, precondition {name}")
