@@ -85,6 +85,23 @@ def test_a_bad_claim_fails_loudly_naming_it(scratch_root, change, message):
     assert message in str(err.value) and str(path) in str(err.value)
 
 
+@pytest.mark.parametrize("run, examples", [
+    ("ch2_hashformers-lsh_poool", "ch2_hashformers"),  # a typo: the experiment's own runs (the first 12)
+    ("ch9_nowhere-mha", None),                        # no such experiment: the first five runs of all
+])
+def test_an_unknown_run_is_refused_listing_runs_it_could_have_meant(scratch_root, run, examples):
+    from leanlm.config import load_matrix
+
+    runs = sorted(f"{e}-{r}" for e, x in load_matrix().items() for r in x["runs"])
+    near = [r for r in runs if r.startswith(f"{examples}-")][:12] if examples else runs[:5]
+    assert len(near) == (12 if examples else 5)
+    path = _write_claims(scratch_root, [{**BASE, "id": "ch2_bad_claim", "pairs": [[run, "ch2_hashformers-md5_pool"]]}])
+    with pytest.raises(ConfigError) as err:
+        load_claims(path)
+    assert str(err.value) == (f"{path}: claim ch2_bad_claim, part 1: unknown run {run!r}; runs of the experiment "
+                              f"matrix (params/experiments/*.yaml) are <experiment>-<run>, e.g. {', '.join(near)}")
+
+
 # --------------------------------------------------------------------------- the stage on known truth
 N_DEV = 400
 

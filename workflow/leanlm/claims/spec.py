@@ -208,7 +208,7 @@ def _check_names(claim: Claim, source: Path, matrix: dict, what: str | None = No
                 if run not in runs:
                     near = sorted(r for r in runs if r.split("-")[0] == run.split("-")[0])[:12]
                     raise ConfigError(f"{where}: unknown run {run!r}; runs of the experiment matrix "
-                                      f"(params/experiments/*.yaml) are <experiment>-<run>, e.g. {', '.join(near) or sorted(runs)[:5]}")
+                                      f"(params/experiments/*.yaml) are <experiment>-<run>, e.g. {', '.join(near or sorted(runs)[:5])}")
                 family = side.family or part.family
                 if side.kind != "timing" and family not in runs[run].get("finetune", []):
                     raise ConfigError(f"{where}: run {run} is not evaluated on family {family!r} (its families: "
