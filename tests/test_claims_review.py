@@ -252,3 +252,136 @@ def test_a_part_across_sizes_checks_both_sizes_references():
         references = {cond.part.a.runs[0] for cond in part.conditions}
         experiments = {r.split("-")[0] for side in (part.a, part.b) for r in side.runs}
         assert references == {f"{e}-mha" for e in experiments}, references
+
+
+# --------------------------------------------------------------------------- the report's own words
+REASON = ("untestable at this scale: The reference must learn. Precondition ref (ch2_x-r vs majority on glue) is "
+          "contradicted: effect -1 [-2, -0.5] (examples)")
+CHECKED = "ref: supported (effect 1 [0.5, 2])"
+
+
+def _report_results():
+    """Two claims built by hand: one "every" claim with a note, a judged part and an untestable one; one "any"
+    claim on a ratio, contradicted, its models pretrained three times."""
+    from leanlm.claims.spec import Claim, _part
+    from leanlm.claims.verdicts import ClaimResult, PartResult
+
+    glue = {"family": "glue", "tasks": "average", "test": "better", "margin": 0.5}
+    judged = _part(glue, {"a": "ch2_x-a", "b": "ch2_x-b"}, [81.5, 70.5], "w")
+    guarded = _part(glue, {"a": "ch2_x-a", "b": "ch2_x-c"}, [None, 60.0], "w")
+    ratio = _part({"family": "lm", "tasks": ["wikitext103"], "test": "worse", "effect": "ratio", "margin": 1.25},
+                  {"a": "ch3_y-a", "b": "ch3_y-b"}, None, "w")
+    first = ClaimResult(
+        Claim("ch2_win", 2, "Table 2.1", "A wins.", "A note.", "every", (judged, guarded)), INCONCLUSIVE,
+        [PartResult(judged, "ch2_x-a vs ch2_x-b on glue", SUPPORTED, Interval(2.5, 1.25, 3.75, 0.9875, 1000, "examples+seeds"),
+                    a=0.75, b=0.625, checked=[CHECKED]),
+         PartResult(guarded, "ch2_x-a vs ch2_x-c on glue", UNTESTABLE, reason=REASON, checked=[CHECKED])])
+    second = ClaimResult(
+        Claim("ch3_ratio", 3, "Table 3.2", "B is slower.", "", "any", (ratio,)), CONTRADICTED,
+        [PartResult(ratio, "ch3_y-a vs ch3_y-b on wikitext103", CONTRADICTED,
+                    Interval(0.9, 0.85, 0.95, 0.95, 500, "pretraining+examples", pretraining_runs=3), a=12.5, b=11.5)])
+    return [first, second]
+
+
+COUNT_LINE = ("claims at profile smoke: 0 supported, 1 contradicted, 1 inconclusive (95% interval too wide at this "
+              "scale), 0 untestable (a precondition does not hold at this scale, e.g. the models are at chance), 0 not run")
+
+
+def test_the_markdown_report_shows_each_claim_and_part_as_written():
+    from leanlm.claims.report import markdown
+
+    lines = markdown("smoke", _report_results()).split("\n")
+    assert lines[0] == "# The thesis's claims at profile `smoke`"
+    assert COUNT_LINE in lines
+    first = lines.index("## ch2_win: **inconclusive, one pretraining run**")
+    assert lines[first:first + 14] == [
+        "## ch2_win: **inconclusive, one pretraining run**", "", "Chapter 2, Table 2.1.", "", "> A wins.", "",
+        "Note: A note.", "", "Parts (every must hold):", "",
+        "| part | comparison | A | B | effect | interval (level) | allowed | basis | verdict | thesis A / B |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| 1 | ch2_x-a vs ch2_x-b on glue | 0.75 | 0.625 | difference 2.5 | [1.25, 3.75] (98.75%) | (0.5, inf) | "
+        f"examples+seeds | supported (preconditions: {CHECKED}) | 81.5 / 70.5 |",
+        f"| 2 | ch2_x-a vs ch2_x-c on glue | | | difference | | (0.5, inf) | | untestable: {REASON} | - / 60 |"]
+    second = lines.index("## ch3_ratio: **contradicted, 3 pretraining runs**")
+    assert lines[second:second + 10] == [
+        "## ch3_ratio: **contradicted, 3 pretraining runs**", "", "Chapter 3, Table 3.2.", "", "> B is slower.", "",
+        "Parts (any must hold):", "",
+        "| part | comparison | A | B | effect | interval (level) | allowed | basis | verdict | thesis A / B |",
+        "|---|---|---|---|---|---|---|---|---|---|"]
+    assert lines[second + 10] == ("| 1 | ch3_y-a vs ch3_y-b on wikitext103 | 12.5 | 11.5 | ratio 0.9 | [0.85, 0.95] (95%) | "
+                                  "(0, 0.8) | pretraining+examples | contradicted |  |")
+
+
+def test_the_csv_report_has_a_row_per_part_with_every_column():
+    from leanlm.claims.report import CSV_COLUMNS, to_frame
+
+    df = to_frame(_report_results())
+    assert list(df.columns) == CSV_COLUMNS and len(df) == 3
+    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
+            for row in df.to_dict("records")]
+    assert rows[0] == {
+        "claim": "ch2_win", "chapter": 2, "where": "Table 2.1", "claim_verdict": INCONCLUSIVE, "part": 1,
+        "comparison": "ch2_x-a vs ch2_x-b on glue", "family": "glue", "effect": "difference", "a": 0.75, "b": 0.625,
+        "estimate": 2.5, "low": 1.25, "high": 3.75, "level": 0.9875, "region_low": 0.5, "region_high": np.inf,
+        "basis": "examples+seeds", "verdict": SUPPORTED, "reason": "", "preconditions": CHECKED, "thesis_a": 81.5,
+        "thesis_b": 70.5, "pretraining_runs": 1, "claim_pretraining_runs": 1}
+    assert rows[1] == {**rows[0], "part": 2, "comparison": "ch2_x-a vs ch2_x-c on glue", "a": None, "b": None,
+                       "estimate": None, "low": None, "high": None, "level": None, "basis": "", "verdict": UNTESTABLE,
+                       "reason": REASON, "thesis_a": None, "thesis_b": 60.0, "pretraining_runs": None}
+    assert (rows[2]["effect"], rows[2]["region_low"], rows[2]["region_high"]) == ("ratio", 0.0, 0.8)
+    assert (rows[2]["thesis_a"], rows[2]["thesis_b"], rows[2]["pretraining_runs"], rows[2]["claim_pretraining_runs"]) == \
+        (None, None, 3, 3)
+
+
+def test_the_latex_table_has_a_row_per_claim_with_its_counts_and_basis():
+    from leanlm.claims.report import latex
+
+    tex = latex("smoke", _report_results())
+    assert (r"ch2\_win & 2 & Table 2.1 & inconclusive, one pretraining run & precondition ref fails & 2 & 1 & 0 & 0 & "
+            r"1 & 0 \\") in tex
+    assert r"ch3\_ratio & 3 & Table 3.2 & \textbf{contradicted}, 3 pretraining runs & pretraining+examples & 1 & 0 & 1 & " \
+           r"0 & 0 & 0 \\" in tex
+    assert "claims at profile smoke: 0 supported, 1 contradicted" in tex
+    assert "1 judged claim(s) rest on models pretrained once" in tex
+
+
+def test_the_summary_printed_and_the_end_of_run_table_read_the_same_verdicts(scratch_root, capsys):
+    from leanlm.claims.report import summary_lines, to_frame, print_summary
+
+    results = _report_results()
+    assert summary_lines("smoke", results) == [
+        COUNT_LINE, "  inconclusive, one pretraining run ch2_win (1 supported, 1 untestable)",
+        "  contradicted, 3 pretraining runs ch3_ratio (1 contradicted)"]
+    out = scratch_root / "paper_tables" / "smoke"
+    out.mkdir(parents=True)
+    to_frame(results).to_csv(out / "claims.csv", index=False)
+    print_summary("smoke")
+    assert capsys.readouterr().out.splitlines() == [
+        "leanlm: the thesis's claims at profile smoke (95% intervals; params/claims.yaml):",
+        "  ch2_win    inconclusive, one pretraining run  part 2/2: precondition ref fails",
+        "  ch3_ratio  contradicted, 3 pretraining runs   part 1/1: effect 0.9 [0.85, 0.95] (ratio)",
+        f"leanlm: {COUNT_LINE}; details: {out / 'claims.md'}",
+        "leanlm: 1 verdict(s) rest on models pretrained once: their intervals do not cover pretraining variance "
+        "(profile key pretrain_seeds; docs/claims.md)"]
+
+    # short verdicts keep a 12-wide column; a part not run shows its reason (70 characters at most)
+    from leanlm.claims.spec import Claim
+    from leanlm.claims.verdicts import ClaimResult, PartResult
+
+    part = results[1].parts[0].part
+    reason = "not run at this profile: " + ", ".join(f"ch3_y-model_{i}" for i in range(8))
+    unrun = ClaimResult(Claim("ch3_unrun", 3, "Table 3.2", "Q.", "", "every", (part,)), NOT_RUN,
+                        [PartResult(part, "ch3_y-a vs ch3_y-b on wikitext103", NOT_RUN, reason=reason)])
+    to_frame([unrun]).to_csv(out / "claims.csv", index=False)
+    print_summary("smoke")
+    assert capsys.readouterr().out.splitlines()[1] == f"  ch3_unrun  not run       part 1/1: {reason[:70]}"
+
+
+@pytest.mark.parametrize("value, shown", [
+    (None, "-"), (float("nan"), "-"), (float("inf"), "inf"), (float("-inf"), "-inf"), (0.8125, "0.812"),
+    (1234.5, "1.23e+03"), (-0.5, "-0.5"), (3, "3")])
+def test_a_number_in_the_report_has_three_significant_digits(value, shown):
+    from leanlm.claims.report import _num, _region
+
+    assert _num(value) == shown
+    assert _region(value, 2.0) == f"({shown}, 2)"
