@@ -85,6 +85,36 @@ def test_a_bad_claim_fails_loudly_naming_it(scratch_root, change, message):
     assert message in str(err.value) and str(path) in str(err.value)
 
 
+@pytest.mark.parametrize("parts, message", [
+    ([{"a": {"run": "ch3_encoder-mha", "family": "lm"}, "b": "ch3_encoder-sha"}],
+     "part 1: run ch3_encoder-mha is not evaluated on family 'lm' (its families: glue, superglue, squad)"),
+    ([{"a": "ch3_encoder-mha", "b": "ch3_encoder-sha", "tasks": ["boolq"]}],
+     "part 1: task boolq belongs to family superglue, not glue"),
+    ([{"a": "ch3_encoder-mha", "b": "ch3_encoder-sha", "tasks": ["sst2"], "metric": "f1"}],
+     "part 1: task sst2 has no metric 'f1' (its metrics: accuracy)"),
+    ([{"a": {"timing": "ch2_hashformers-bert_sr"}, "b": {"constant": 2.0}, "family": "pretrain"}],
+     "part 1: family pretrain compares timing sides only"),   # (a run side: no run is evaluated on pretrain)
+    ([{"a": {"timing": "ch2_hashformers-bert_sr"}, "b": {"timing": "ch2_hashformers-bert_mlm"}, "family": "pretrain"},
+      {"a": "ch3_encoder-mha", "b": "ch3_encoder-sha", "tasks": ["sst3"]}],   # a part after a timing one is checked
+     "part 2: unknown task 'sst3' (params/tasks/*.yaml)"),
+])
+def test_a_bad_part_is_refused_naming_the_claim_part_and_what_exists(scratch_root, parts, message):
+    path = _write_claims(scratch_root, [{**BASE, "id": "ch2_bad_claim", "parts": parts}])
+    with pytest.raises(ConfigError) as err:
+        load_claims(path)
+    assert str(err.value) == f"{path}: claim ch2_bad_claim, {message}"
+
+
+def test_a_side_s_own_family_and_metric_are_kept():
+    """A side given as an object names its run and may read another family or metric than the part's (a run
+    evaluated on several families)."""
+    from leanlm.claims.spec import _side
+
+    side = _side({"run": "ch3_encoder-mha", "family": "superglue", "metric": "f1a"})
+    assert (side.kind, side.runs, side.family, side.metric) == ("run", ("ch3_encoder-mha",), "superglue", "f1a")
+    assert (_side("ch3_encoder-mha").family, _side({"run": "ch3_encoder-mha"}).family) == (None, None)
+
+
 @pytest.mark.parametrize("run, examples", [
     ("ch2_hashformers-lsh_poool", "ch2_hashformers"),  # a typo: the experiment's own runs (the first 12)
     ("ch9_nowhere-mha", None),                        # no such experiment: the first five runs of all

@@ -146,6 +146,27 @@ def test_a_claim_naming_an_unknown_precondition_fails_loudly(scratch_root, chang
         load_claims(path)
 
 
+@pytest.mark.parametrize("preconditions, listed", [
+    ({"pool_in_regime": REGIME, "add_in_regime": REGIME}, "add_in_regime, pool_in_regime"), (None, "none")])
+def test_an_unknown_precondition_is_refused_listing_the_file_s_own(scratch_root, preconditions, listed):
+    path = _claims_file(scratch_root, [{**BASE, "id": "ch2_bad", "pairs": CLEAR_WIN, "requires": ["nowhere"]}],
+                        preconditions)
+    with pytest.raises(ConfigError) as err:
+        load_claims(path)
+    assert str(err.value) == (f"{path}: claim ch2_bad, part 1: requires 'nowhere', which is not among the file's "
+                              f"preconditions ({listed})")
+
+
+def test_a_precondition_that_cannot_be_built_is_refused_naming_its_claim_and_part(scratch_root):
+    path = _claims_file(scratch_root, [{**BASE, "id": "ch2_bad", "requires": ["b_reference"],
+                                        "parts": [{"a": "ch2_hashformers-lsh_add", "b": {"baseline": "majority"}}]}],
+                        {"b_reference": {**REGIME, "b": "{experiment_b}-md5_pool"}})
+    with pytest.raises(ConfigError) as err:
+        load_claims(path)
+    assert str(err.value) == (f"{path}: claim ch2_bad, part 1: precondition b_reference names "
+                              "'{experiment_b}-md5_pool', but the part has no run on side B to take the experiment from")
+
+
 def test_a_precondition_naming_an_unknown_run_fails_loudly(scratch_root):
     path = _claims_file(scratch_root, [{**BASE, "id": "ch2_bad", "pairs": [["ch2_hashformers-lsh_add",
                                                                            "ch2_hashformers-md5_add"]],

@@ -210,9 +210,10 @@ def _check_names(claim: Claim, source: Path, matrix: dict, what: str | None = No
                     raise ConfigError(f"{where}: unknown run {run!r}; runs of the experiment matrix "
                                       f"(params/experiments/*.yaml) are <experiment>-<run>, e.g. {', '.join(near or sorted(runs)[:5])}")
                 family = side.family or part.family
-                if side.kind != "timing" and family not in runs[run].get("finetune", []):
+                # finetune: required of every experiment (experiments.schema.json)
+                if side.kind != "timing" and family not in runs[run]["finetune"]:
                     raise ConfigError(f"{where}: run {run} is not evaluated on family {family!r} (its families: "
-                                      f"{', '.join(runs[run].get('finetune', []))})")
+                                      f"{', '.join(runs[run]['finetune'])})")
         if part.family == "pretrain":
             if {part.a.kind, part.b.kind} != {"timing"}:
                 raise ConfigError(f"{where}: family pretrain compares timing sides only")
