@@ -280,3 +280,40 @@ def test_a_region_no_test_can_have_is_refused_saying_why(test, effect, margin, m
     with pytest.raises(ValueError) as err:
         region_of(test, effect, margin)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("claim, raw, region, test", [
+    ({}, {"region": [None, 0.5]}, (-np.inf, 0.5), "region"),          # an open end is unbounded
+    ({}, {"region": [0.25, None]}, (0.25, np.inf), "region"),
+    ({"region": [-1, 2]}, {}, (-1.0, 2.0), "region"),                  # the claim's region, for every part
+    ({"region": [-1, 2]}, {"region": [0, 1]}, (0.0, 1.0), "region"),   # the part's own wins
+    ({"margin": 0.5}, {}, (0.5, np.inf), "better"),                    # no region: the test's
+])
+def test_a_part_s_region_is_its_own_its_claim_s_or_its_test_s(claim, raw, region, test):
+    from leanlm.claims.spec import _part
+
+    part = _part({"family": "glue", "test": "better", **claim}, {"a": "ch9_x-a", "b": "ch9_x-b", **raw}, None, "w")
+    assert (part.region, part.test) == (region, test)
+    assert isinstance(part.region[0], float) and isinstance(part.region[1], float)
+    assert (part.tasks, part.metric, part.effect) == ("average", "primary", "difference")  # the defaults
+
+
+@pytest.mark.parametrize("claim, raw, message", [
+    ({}, {"region": [1, 1]}, "w: region [1, 1] is empty"),
+    ({}, {"region": [2, None], "test": "better"}, None),                 # not empty: (2, inf)
+    ({"family": None}, {}, "w: no family (set it on the claim or the part)"),
+    ({"effect": "factor", "test": "worse"}, {}, "w: effect factor supports test better only (A more than margin "
+                                                "times B)"),
+])
+def test_a_part_that_cannot_be_judged_is_refused_where_it_is(claim, raw, message):
+    from leanlm.claims.spec import _part
+    from leanlm.errors import ConfigError
+
+    build = lambda: _part({"family": "glue", "test": "better", **claim}, {"a": "ch9_x-a", "b": "ch9_x-b", **raw},  # noqa: E731
+                          None, "w")
+    if message is None:
+        assert build().region == (2.0, np.inf)
+        return
+    with pytest.raises(ConfigError) as err:
+        build()
+    assert str(err.value) == message
