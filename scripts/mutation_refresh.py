@@ -4,7 +4,8 @@ first). Two things mutmut keeps from an earlier run would otherwise be stale:
 - **Copies of deleted modules.** mutmut copies every module of the package into ``mutants/src`` at each run
   (mutating the configured ones), but never removes a copy: a module deleted or renamed since an earlier run
   stays importable there, so a test could pass against code that no longer exists. Each such copy is
-  removed (mutmut's ``.meta`` files, its results, have no source and are kept).
+  removed (mutmut's own ``.meta`` and ``.spans`` files, its results and the line index ``mutmut show``
+  reads, have no source and are kept).
 - **The map of tests to functions.** mutmut records which tests reach each function once, and afterwards
   maps only tests it has not seen: a test edited since (to reach a function it did not) is never remapped,
   so the mutants it would kill are not run against it and stay "survived" (2026-11-28: 31 false survivors
@@ -25,13 +26,17 @@ from pathlib import Path
 KILLED = 1  # mutmut's exit code of a mutant the tests failed on
 
 
+# mutmut's own files beside a module's copy: its results (.meta) and the line index `mutmut show` reads (.spans)
+MUTMUT_FILES = (".meta", ".spans")
+
+
 def stale_copies(work: Path) -> list[Path]:
-    """The files under ``work/mutants/src`` without a source under ``work/src`` (mutmut's ``.meta`` files apart)."""
+    """The files under ``work/mutants/src`` without a source under ``work/src`` (mutmut's own files apart)."""
     copies = work / "mutants" / "src"
     if not copies.is_dir():
         return []
-    return sorted(p for p in copies.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".meta"
-                  and not (work / "src" / p.relative_to(copies)).is_file())
+    return sorted(p for p in copies.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix not in MUTMUT_FILES and not (work / "src" / p.relative_to(copies)).is_file())
 
 
 def tests_edited_since_mapped(work: Path) -> list[Path]:

@@ -80,10 +80,11 @@ def test_a_rerun_drops_the_copies_of_deleted_modules(tmp_path):
         (copies / name).write_text("x = 1\n")
     os.utime(src / "config.py", ns=(3 * 10**18, 3 * 10**18))  # edited since the copy
     (copies / "mutated.py.meta").write_text("{}")  # mutmut's results of that module's mutants: no source
+    (copies / "mutated.py.spans").write_text("{}")  # its line index of them (`mutmut show`)
     (src / "gone.py").unlink()
     assert stale_copies(tmp_path) == [copies / "gone.py"]
     assert main([str(tmp_path)]) == 0
-    assert sorted(p.name for p in copies.iterdir()) == ["config.py", "mutated.py", "mutated.py.meta"]
+    assert sorted(p.name for p in copies.iterdir()) == ["config.py", "mutated.py", "mutated.py.meta", "mutated.py.spans"]
     assert stale_copies(tmp_path / "nowhere") == []
 
 
