@@ -9,8 +9,8 @@ first). Two things mutmut keeps from an earlier run would otherwise be stale:
 - **The map of tests to functions.** mutmut records which tests reach each function once, and afterwards
   maps only tests it has not seen: a test edited since (to reach a function it did not) is never remapped,
   so the mutants it would kill are not run against it and stay "survived" (2026-11-28: 31 false survivors
-  in ``leanlm.claims.results``). When a file under ``tests/`` is newer than mutmut's stats, the map is
-  dropped (mutmut maps every test again, a minute for a selection) and every result but "killed" is
+  in ``leanlm.claims.results``). When a selected test file or a helper under
+  ``tests/`` (conftest, a module tests import) is newer than mutmut's stats, the map is dropped (mutmut maps every test again, a minute for a selection) and every result but "killed" is
   cleared, so that those mutants run again. Kills are kept: a test failed on each (one weakened or deleted
   since would leave a kill stale, which only a run from an empty folder rules out).
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from pathlib import Path
 
 KILLED = 1  # mutmut's exit code of a mutant the tests failed on
@@ -39,15 +40,27 @@ def stale_copies(work: Path) -> list[Path]:
                   and p.suffix not in MUTMUT_FILES and not (work / "src" / p.relative_to(copies)).is_file())
 
 
+def _selected(work: Path) -> list[Path]:
+    """The test files and folders mutmut runs (``pytest_add_cli_args_test_selection`` of the work folder's
+    pyproject.toml; everything under tests/ where it names none)."""
+    config = work / "pyproject.toml"
+    chosen = tomllib.loads(config.read_text(encoding="utf-8")).get("tool", {}).get("mutmut", {}).get(
+        "pytest_add_cli_args_test_selection", []) if config.is_file() else []
+    return [work / c.split("::")[0] for c in chosen] or [work / "tests"]
+
+
 def tests_edited_since_mapped(work: Path) -> list[Path]:
-    """The files under ``work/tests`` newer than mutmut's stats (``mutants/mutmut-stats.json``, written at each
-    run): tests, helpers and conftest edited since mutmut last mapped tests to functions."""
+    """The test files mutmut runs, and every other module under ``work/tests`` (helpers, conftest: what they
+    import), newer than mutmut's stats (``mutants/mutmut-stats.json``, written at each run): edited since
+    mutmut last mapped tests to functions. A test module outside the selection never runs there."""
     stats = work / "mutants" / "mutmut-stats.json"
     if not stats.is_file():
         return []
     mapped = stats.stat().st_mtime_ns
+    selected = _selected(work)
     return sorted(p for p in (work / "tests").rglob("*.py") if "__pycache__" not in p.parts
-                  and p.stat().st_mtime_ns > mapped)
+                  and p.stat().st_mtime_ns > mapped
+                  and (not p.name.startswith("test_") or any(p == s or s in p.parents for s in selected)))
 
 
 def drop_test_map(work: Path) -> int:

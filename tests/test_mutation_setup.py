@@ -115,11 +115,14 @@ def test_a_test_edited_since_the_map_makes_mutmut_map_again_and_rerun_all_but_th
              "leanlm.m.x_f__mutmut_4": 36, "leanlm.m.x_f__mutmut_5": None}
     meta.write_text(_meta(codes))
     now = time.time_ns()
-    for name, ago in (("test_a.py", 300), ("claims_world.py", 100)):  # a helper counts as much as a test file
+    # a helper counts as much as a selected test file; a test file mutmut does not run does not count
+    for name, ago in (("test_a.py", 300), ("claims_world.py", 100), ("test_b.py", 100), ("test_other.py", 100)):
         (tests / name).write_text("x = 1\n")
         os.utime(tests / name, ns=(now - ago * 10**9, now - ago * 10**9))
     os.utime(mutants / "mutmut-stats.json", ns=(now - 200 * 10**9, now - 200 * 10**9))  # the last run
-    assert tests_edited_since_mapped(tmp_path) == [tests / "claims_world.py"]
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.mutmut]\npytest_add_cli_args_test_selection = ["tests/test_a.py", "tests/test_b.py::test_one"]\n')
+    assert tests_edited_since_mapped(tmp_path) == [tests / "claims_world.py", tests / "test_b.py"]
 
     assert main([str(tmp_path)]) == 0
     after = json.loads((mutants / "mutmut-stats.json").read_text())
