@@ -9,9 +9,9 @@ first). Two things mutmut keeps from an earlier run would otherwise be stale:
 - **The map of tests to functions.** mutmut records which tests reach each function once, and afterwards
   maps only tests it has not seen: a test edited since (to reach a function it did not) is never remapped,
   so the mutants it would kill are not run against it and stay "survived" (2026-11-28: 31 false survivors
-  in ``leanlm.claims.results``). When a selected test file or a helper under
-  ``tests/`` (conftest, a module tests import) is newer than mutmut's stats, the map is dropped (mutmut maps every test again, a minute for a selection) and every result but "killed" is
-  cleared, so that those mutants run again. Kills are kept: a test failed on each (one weakened or deleted
+  in ``leanlm.claims.results``). When a selected test file or a helper under ``tests/`` (conftest, a module
+  tests import) is newer than mutmut's stats, the map is dropped (mutmut maps every test again, a minute for
+  a selection) and every result but "killed" is cleared, so that those mutants run again. Kills are kept: a test failed on each (one weakened or deleted
   since would leave a kill stale, which only a run from an empty folder rules out).
 
 Usage: python scripts/mutation_refresh.py <work folder>   (the folder holding ``src`` and ``mutants``)
