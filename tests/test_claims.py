@@ -115,6 +115,46 @@ def test_a_side_s_own_family_and_metric_are_kept():
     assert (_side("ch3_encoder-mha").family, _side({"run": "ch3_encoder-mha"}).family) == (None, None)
 
 
+def test_a_claim_is_read_with_its_sentence_note_and_quantifier_folded_and_defaulted(scratch_root):
+    path = _write_claims(scratch_root, [
+        {**BASE, "id": "ch2_noted", "quote": " A  sentence\n the thesis prints. ", "note": "  Read it\n  twice. ",
+         "quantifier": "most", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]]},
+        {**BASE, "id": "ch2_plain", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]]}])
+    noted, plain = load_claims(path)
+    assert (noted.quote, noted.note, noted.quantifier) == ("A sentence the thesis prints.", "Read it twice.", "most")
+    assert (plain.note, plain.quantifier, plain.chapter, plain.where) == ("", "every", 2, "Table 2.1")
+
+
+def test_claims_are_checked_against_the_matrix_given(scratch_root):
+    """load_claims(matrix=...) checks run names against that matrix, not the project's (a caller holding a
+    narrowed or edited matrix)."""
+    path = _write_claims(scratch_root, [{**BASE, "id": "ch4_own", "pairs": [["ch9_own-a", "ch9_own-b"]]}])
+    matrix = {"ch9_own": {"runs": {"a": {}, "b": {}}, "finetune": ["glue"]}}
+    (claim,) = load_claims(path, matrix=matrix)
+    assert claim.runs == {"ch9_own-a", "ch9_own-b"}
+    with pytest.raises(ConfigError, match="unknown run 'ch9_own-a'"):
+        load_claims(path)
+
+
+@pytest.mark.parametrize("claims, message", [
+    ([{**BASE, "id": "ch2_twice", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]]},
+      {**BASE, "id": "ch2_other", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]]},
+      {**BASE, "id": "ch2_twice", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]]}],
+     "claim id ch2_twice appears twice"),
+    ([{**BASE, "id": "ch2_thesis", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]],
+       "thesis": [[1, 2], [3, 4]]}],
+     "claim ch2_thesis has 1 parts but 2 thesis pairs; give one [A, B] per part (null where the thesis prints none)"),
+    ([{**BASE, "id": "ch2_empty", "pairs": [["ch2_hashformers-lsh_pool", "ch2_hashformers-md5_pool"]],
+       "region": [1, 1]}],
+     "claim ch2_empty, part 1: region [1, 1] is empty"),
+])
+def test_a_claims_file_that_contradicts_itself_is_refused_naming_where(scratch_root, claims, message):
+    path = _write_claims(scratch_root, claims)
+    with pytest.raises(ConfigError) as err:
+        load_claims(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
 @pytest.mark.parametrize("run, examples", [
     ("ch2_hashformers-lsh_poool", "ch2_hashformers"),  # a typo: the experiment's own runs (the first 12)
     ("ch9_nowhere-mha", None),                        # no such experiment: the first five runs of all

@@ -261,7 +261,7 @@ CHECKED = "ref: supported (effect 1 [0.5, 2])"
 
 
 def _report_results():
-    """Two claims built by hand: one "every" claim with a note, a judged part and an untestable one; one "any"
+    """Two claims built by hand: one "every" claim with a note, a judged part and an untestable one; one "most"
     claim on a ratio, contradicted, its models pretrained three times."""
     from leanlm.claims.spec import Claim, _part
     from leanlm.claims.verdicts import ClaimResult, PartResult
@@ -277,7 +277,7 @@ def _report_results():
                     a=0.75, b=0.625, checked=[CHECKED]),
          PartResult(guarded, "ch2_x-a vs ch2_x-c on glue", UNTESTABLE, reason=REASON, checked=[CHECKED])])
     second = ClaimResult(
-        Claim("ch3_ratio", 3, "Table 3.2", "B is slower.", "", "any", (ratio,)), CONTRADICTED,
+        Claim("ch3_ratio", 3, "Table 3.2", "B is slower.", "", "most", (ratio,)), CONTRADICTED,
         [PartResult(ratio, "ch3_y-a vs ch3_y-b on wikitext103", CONTRADICTED,
                     Interval(0.9, 0.85, 0.95, 0.95, 500, "pretraining+examples", pretraining_runs=3), a=12.5, b=11.5)])
     return [first, second]
@@ -305,7 +305,7 @@ def test_the_markdown_report_shows_each_claim_and_part_as_written():
     second = lines.index("## ch3_ratio: **contradicted, 3 pretraining runs**")
     assert lines[second:second + 10] == [
         "## ch3_ratio: **contradicted, 3 pretraining runs**", "", "Chapter 3, Table 3.2.", "", "> B is slower.", "",
-        "Parts (any must hold):", "",
+        "Parts (most must hold):", "",
         "| part | comparison | A | B | effect | interval (level) | allowed | basis | verdict | thesis A / B |",
         "|---|---|---|---|---|---|---|---|---|---|"]
     assert lines[second + 10] == ("| 1 | ch3_y-a vs ch3_y-b on wikitext103 | 12.5 | 11.5 | ratio 0.9 | [0.85, 0.95] (95%) | "
