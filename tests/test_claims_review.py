@@ -288,10 +288,23 @@ COUNT_LINE = ("claims at profile smoke: 0 supported, 1 contradicted, 1 inconclus
 
 
 def test_the_markdown_report_shows_each_claim_and_part_as_written():
-    from leanlm.claims.report import markdown
+    from leanlm.claims.report import markdown, uncovered_sentence
 
-    lines = markdown("smoke", _report_results()).split("\n")
+    results = _report_results()
+    lines = markdown("smoke", results).split("\n")
     assert lines[0] == "# The thesis's claims at profile `smoke`"
+    assert lines[2] == (
+        "A part is supported or contradicted only when its interval (paired bootstrap over evaluation examples and "
+        "seeds; a paired t interval over seeds where no per-example data was kept; for a timing part, a paired t "
+        "interval over the timing rounds' log-ratios) lies wholly inside or wholly outside the effects the claim "
+        "allows; otherwise it is inconclusive at this scale (DESIGN.md §8). The intervals of a claim's k parts are "
+        "simultaneous 95% intervals (each at level 1 - 0.05/k, Bonferroni), so that a claim that holds is "
+        "contradicted by one of its parts no more often than 5%. A part is untestable when a precondition the claim "
+        "needs does not hold at this scale (e.g. every model at chance), or its interval has no width: it counts "
+        "neither way. Effects are \"how much better A is than B\" (see params/claims.yaml). Where a model was "
+        "pretrained several times (profile key pretrain_seeds), the interval resamples its pretraining seeds first, "
+        "paired across models (hierarchical bootstrap; basis pretraining+...).")
+    assert lines[3:7] == ["", uncovered_sentence(results), "", COUNT_LINE]
     assert COUNT_LINE in lines
     first = lines.index("## ch2_win: **inconclusive, one pretraining run**")
     assert lines[first:first + 14] == [
@@ -385,3 +398,32 @@ def test_a_number_in_the_report_has_three_significant_digits(value, shown):
 
     assert _num(value) == shown
     assert _region(value, 2.0) == f"({shown}, 2)"
+
+
+ONCE = ("{n} judged claim(s) rest on models pretrained once (\"one pretraining run\"): their intervals cover evaluation "
+        "examples and fine-tuning seeds, not pretraining variance, which can be larger (a model pretrained again with "
+        "another seed may differ by more than the interval's width); the profile key pretrain_seeds pretrains them "
+        "several times.")
+TIMING = " Timing claims resample the timing rounds: a step's time does not depend on the pretraining seed."
+SEVERAL = ("Every judged claim on scores rests on models pretrained several times: its interval resamples the "
+           "pretraining seeds too (hierarchical bootstrap).")
+
+
+@pytest.mark.parametrize("claims, sentence", [
+    ([], "No claim was judged at this profile, so no interval is reported."),
+    ([(UNTESTABLE, None, "lm", 1), (NOT_RUN, None, "lm", 1)], "No claim was judged at this profile, so no interval is reported."),
+    ([(SUPPORTED, "rounds", "pretrain", 1)], "Only timing claims were judged at this profile." + TIMING),
+    ([(SUPPORTED, "pretraining+examples", "lm", 3), (CONTRADICTED, "pretraining+seeds", "glue", 2)], SEVERAL),
+    ([(SUPPORTED, "pretraining+examples", "lm", 3), (INCONCLUSIVE, "rounds", "pretrain", 1)], SEVERAL + TIMING),
+    ([(SUPPORTED, "examples", "lm", 1), (INCONCLUSIVE, "seeds", "glue", 1), (CONTRADICTED, "pretraining+seeds", "glue", 3)],
+     ONCE.format(n=2)),
+    ([(SUPPORTED, "examples", "lm", 1), (SUPPORTED, "rounds", "pretrain", 1)], ONCE.format(n=1) + TIMING),
+])
+def test_the_report_says_what_its_intervals_do_not_cover(claims, sentence):
+    """Each case of uncovered_sentence, whole: nothing judged; timing claims only; every scored claim pretrained
+    several times; some pretrained once (counted); with timing claims beside, what their intervals resample."""
+    from leanlm.claims.report import uncovered_sentence
+
+    results = [SimpleNamespace(verdict=v, parts=[_part(v, basis, family=family, runs=runs)])
+               for v, basis, family, runs in claims]
+    assert uncovered_sentence(results) == sentence
