@@ -90,8 +90,8 @@ def test_a_bad_claim_fails_loudly_naming_it(scratch_root, change, message):
      "part 1: run ch3_encoder-mha is not evaluated on family 'lm' (its families: glue, superglue, squad)"),
     ([{"a": "ch3_encoder-mha", "b": "ch3_encoder-sha", "tasks": ["boolq"]}],
      "part 1: task boolq belongs to family superglue, not glue"),
-    ([{"a": "ch3_encoder-mha", "b": "ch3_encoder-sha", "tasks": ["sst2"], "metric": "f1"}],
-     "part 1: task sst2 has no metric 'f1' (its metrics: accuracy)"),
+    ([{"a": "ch3_encoder-mha", "b": "ch3_encoder-sha", "tasks": ["stsb"], "metric": "f1"}],
+     "part 1: task stsb has no metric 'f1' (its metrics: spearman, pearson)"),
     ([{"a": {"timing": "ch2_hashformers-bert_sr"}, "b": {"constant": 2.0}, "family": "pretrain"}],
      "part 1: family pretrain compares timing sides only"),   # (a run side: no run is evaluated on pretrain)
     ([{"a": {"timing": "ch2_hashformers-bert_sr"}, "b": {"timing": "ch2_hashformers-bert_mlm"}, "family": "pretrain"},
