@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from leanlm import paths
 from leanlm.config import load_matrix
@@ -195,14 +195,14 @@ def _condition(name: str, raw: dict, guarded: Part, where: str) -> Condition:
     return Condition(name=name, reason=reason, part=part)
 
 
-def _check_names(claim: Claim, source: Path, matrix: dict, what: str | None = None) -> None:
-    """Every run, family, task and metric a claim names exists (the matrix and the task tables)."""
+def _check_names(parts: Sequence[Part], wheres: Sequence[str], matrix: dict) -> None:
+    """Every run, family, task and metric the parts (a claim's, or a precondition's comparison) name exists (the
+    matrix and the task tables); ``wheres``: where each part is, for the errors."""
     from leanlm.data.tasks import get_task, task_names
 
     runs = {f"{e}-{r}": x for e, x in matrix.items() for r in x["runs"]}
     known_tasks = set(task_names())
-    for i, part in enumerate(claim.parts):
-        where = f"{source}: {what}" if what else f"{source}: claim {claim.id}, part {i + 1}"
+    for part, where in zip(parts, wheres, strict=True):
         for side in (part.a, part.b):
             for run in side.runs:
                 if run not in runs:
@@ -258,21 +258,17 @@ def _load_claims(path: str | Path | None, matrix: dict | None) -> list[Claim]:
         if thesis is not None and len(thesis) != len(parts_raw):
             raise ConfigError(f"{source}: claim {cid} has {len(parts_raw)} parts but {len(thesis)} thesis pairs; "
                               "give one [A, B] per part (null where the thesis prints none)")
-        parts = []
-        for i, p in enumerate(parts_raw):
-            where = f"{source}: claim {cid}, part {i + 1}"
-            part = _part(entry, p, thesis[i] if thesis else None, where)
-            parts.append(_guarded(part, [*entry.get("requires", []), *p.get("requires", [])], preconditions, where))
-        parts = tuple(parts)
+        wheres = [f"{source}: claim {cid}, part {i + 1}" for i in range(len(parts_raw))]
+        parts = tuple(_guarded(_part(entry, p, thesis[i] if thesis else None, where),
+                               [*entry.get("requires", []), *p.get("requires", [])], preconditions, where)
+                      for i, (p, where) in enumerate(zip(parts_raw, wheres)))
         claim = Claim(id=cid, chapter=entry["chapter"], where=entry["where"], quote=" ".join(entry["quote"].split()),
                       note=" ".join(entry.get("note", "").split()), quantifier=entry.get("quantifier", "every"),
                       parts=parts)
-        _check_names(claim, source, matrix)
-        for i, part in enumerate(claim.parts):
+        _check_names(parts, wheres, matrix)
+        for part, where in zip(parts, wheres):
             for cond in part.conditions:
-                _check_names(Claim(id=cid, chapter=claim.chapter, where=claim.where, quote=claim.quote, note="",
-                                   quantifier="every", parts=(cond.part,)),
-                             source, matrix, what=f"claim {cid}, part {i + 1}, precondition {cond.name}")
+                _check_names((cond.part,), [f"{where}, precondition {cond.name}"], matrix)
         claims.append(claim)
     return claims
 
