@@ -427,3 +427,37 @@ def test_the_report_says_what_its_intervals_do_not_cover(claims, sentence):
     results = [SimpleNamespace(verdict=v, parts=[_part(v, basis, family=family, runs=runs)])
                for v, basis, family, runs in claims]
     assert uncovered_sentence(results) == sentence
+
+
+def test_the_claims_stage_writes_its_three_files_and_prints_its_summary(scratch_root, monkeypatch, capsys):
+    """report.main: the claims judged with the draws and claims file it is given, claims.csv (no index column),
+    claims.md and claims.tex for the profile, the summary printed line by line."""
+    import pandas as pd
+
+    from leanlm.claims import report
+
+    results, asked = _report_results(), []
+    monkeypatch.setattr(report, "evaluate_all", lambda config, **kw: asked.append(kw) or results)
+    written = report.main({"profile": "smoke"}, draws=123, claims_file="params/mine.yaml")
+    assert asked == [{"draws": 123, "claims_file": "params/mine.yaml"}]
+    out = scratch_root / "paper_tables" / "smoke"
+    assert written == [out / "claims.csv", out / "claims.md", out / "claims.tex"]
+    assert list(pd.read_csv(out / "claims.csv").columns) == report.CSV_COLUMNS
+    assert (out / "claims.md").read_text() == report.markdown("smoke", results)
+    assert (out / "claims.tex").read_text() == report.latex("smoke", results)
+    assert r"profile \texttt{smoke}" in (out / "claims.tex").read_text()
+    assert capsys.readouterr().out.splitlines() == report.summary_lines("smoke", results)
+
+
+@pytest.mark.parametrize("verdict, reason, basis", [
+    (NOT_RUN, "no results of ch2_x-a on glue", "not run"),
+    (NOT_RUN, "", "not run"),
+    (UNTESTABLE, "untestable at this scale: the interval has no width (every draw gave the same effect)", "no width"),
+    (UNTESTABLE, None, "no width"),
+    (UNTESTABLE, UNMET.format(v="untestable"), "precondition ch4_lm_in_regime untestable"),
+    (NOT_RUN, UNMET.format(v="not run"), "precondition ch4_lm_in_regime not run"),
+])
+def test_a_part_not_judged_says_why_in_a_word_or_two(verdict, reason, basis):
+    from leanlm.claims.report import unmet_basis
+
+    assert unmet_basis(verdict, reason) == basis
