@@ -221,7 +221,7 @@ def verdict_basis(cr: ClaimResult) -> str:
     part = cr.parts[index]
     if part.verdict in (UNTESTABLE, NOT_RUN):
         return unmet_basis(part.verdict, part.reason)
-    return part.interval.basis if part.interval is not None else ""
+    return part.interval.basis  # a judged part rests on an interval
 
 
 def latex(profile: str, results: list[ClaimResult]) -> str:
@@ -289,7 +289,7 @@ def _deciding_part(parts: pd.DataFrame, verdict: str) -> str:
     row = parts.iloc[deciding_index(list(parts["verdict"]), verdict)]
     where = f"part {int(row['part'])}/{len(parts)}"
     if row["verdict"] in (UNTESTABLE, NOT_RUN):
-        reason = "" if pd.isna(row.get("reason")) else str(row.get("reason") or "")
+        reason = "" if pd.isna(row["reason"]) else str(row["reason"])  # an empty reason reads back as NaN
         basis = unmet_basis(row["verdict"], reason)
         return f"{where}: " + (basis if basis.startswith("precondition") else reason[:70])
     return f"{where}: effect {_num(row['estimate'])} [{_num(row['low'])}, {_num(row['high'])}] ({row['effect']})"
