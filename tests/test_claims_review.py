@@ -496,3 +496,19 @@ def test_a_part_not_judged_says_why_in_a_word_or_two(verdict, reason, basis):
     from leanlm.claims.report import unmet_basis
 
     assert unmet_basis(verdict, reason) == basis
+
+
+def test_counts_and_summary_order_verdicts_as_the_report_does():
+    """Claims are counted per verdict (two supported claims are 2), a claim's parts listed in the report's order
+    (supported before contradicted, not alphabetically), and a report of no claims still has every CSV column."""
+    from leanlm.claims.report import CSV_COLUMNS, counts, summary_lines, to_frame
+
+    first, second = _report_results()
+    mixed = SimpleNamespace(claim=SimpleNamespace(id="ch3_mixed"), verdict=INCONCLUSIVE,
+                            counts={SUPPORTED: 1, CONTRADICTED: 1, NOT_RUN: 1},
+                            parts=[_part(NOT_RUN), _part(CONTRADICTED, "seeds"), _part(SUPPORTED, "seeds")])
+    assert counts([first, second, second, mixed]) == {SUPPORTED: 0, CONTRADICTED: 2, INCONCLUSIVE: 2, UNTESTABLE: 0,
+                                                      NOT_RUN: 0}
+    assert summary_lines("smoke", [mixed])[1] == \
+        "  inconclusive, one pretraining run ch3_mixed (1 supported, 1 contradicted, 1 not run)"
+    assert list(to_frame([]).columns) == CSV_COLUMNS
