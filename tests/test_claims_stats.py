@@ -5,7 +5,7 @@ import pytest
 from scipy import stats as sps
 from sklearn import metrics as skm
 
-from leanlm.claims.stats import (CONTRADICTED, INCONCLUSIVE, NOT_RUN, SUPPORTED, Measurement, SeedScores,
+from leanlm.claims.stats import (CONTRADICTED, INCONCLUSIVE, NOT_RUN, SUPPORTED, UNTESTABLE, Measurement, SeedScores,
                                  combine, paired_bootstrap, verdict)
 
 
@@ -164,3 +164,54 @@ def test_row_ranks_equal_scipys_average_ranks_with_ties():
     for x in (rng.integers(0, 6, size=(50, 40)).astype(float), rng.random((3, 200)), np.zeros((2, 5)),
               np.arange(7.0)[None, ::-1]):
         assert np.allclose(_ranks_rows(x), np.apply_along_axis(scipy.stats.rankdata, 1, x))
+
+
+def _iv(low, high, estimate=None, basis="examples"):
+    from leanlm.claims.stats import Interval
+
+    return Interval((low + high) / 2 if estimate is None else estimate, low, high, 0.95, 1000, basis)
+
+
+def test_an_interval_is_degenerate_only_where_something_was_resampled_to_no_width():
+    from leanlm.claims.stats import degenerate
+
+    assert degenerate(_iv(0.0, 0.0)) and degenerate(_iv(-0.4e-12, 0.4e-12, 0.0))
+    assert not degenerate(_iv(-0.75e-12, 0.75e-12, 0.0))          # wider than 1e-12 around an effect of 0
+    assert degenerate(_iv(5.0, 5.0 + 4e-12, 5.0))                   # the width scales with the effect above 1
+    assert not degenerate(_iv(0.0, 0.0, basis="none")) and not degenerate(_iv(0.0, 0.0, basis="undefined"))
+    assert not degenerate(_iv(float("nan"), float("nan"), 0.0)) and not degenerate(_iv(-np.inf, np.inf, 0.0))
+
+
+@pytest.mark.parametrize("interval, region, expected", [
+    (_iv(1.0, 2.0), (1.0, np.inf), INCONCLUSIVE),       # touching the region's bound is not inside it
+    (_iv(1.0 + 1e-9, 2.0), (1.0, np.inf), SUPPORTED),
+    (_iv(-1.0, 1.0), (-np.inf, 1.0), INCONCLUSIVE),
+    (_iv(0.0, 1.0), (1.0, np.inf), CONTRADICTED),       # wholly at or below the bound: none of it inside
+    (_iv(1.0, 2.0), (-np.inf, 1.0), CONTRADICTED),
+    (_iv(3.0, 4.0, basis="undefined"), (0.0, np.inf), INCONCLUSIVE),   # no interval, whatever its numbers
+    (_iv(3.0, 4.0, basis="none"), (0.0, np.inf), INCONCLUSIVE),
+    (_iv(3.0, np.inf), (0.0, np.inf), INCONCLUSIVE),
+])
+def test_a_verdict_needs_the_interval_strictly_inside_or_wholly_outside_the_region(interval, region, expected):
+    from leanlm.claims.stats import verdict
+
+    assert verdict(interval, region) == expected
+
+
+@pytest.mark.parametrize("verdicts, expected", [
+    ([SUPPORTED, CONTRADICTED, UNTESTABLE], INCONCLUSIVE),   # neither more than half supported nor half contradicted
+    ([CONTRADICTED, CONTRADICTED, SUPPORTED, SUPPORTED], CONTRADICTED),   # half contradicted: "most" cannot hold
+    ([SUPPORTED, SUPPORTED, CONTRADICTED], SUPPORTED),
+])
+def test_most_parts_means_more_than_half(verdicts, expected):
+    from leanlm.claims.stats import combine
+
+    assert combine(verdicts, "most") == expected
+
+
+@pytest.mark.parametrize("level, draws, expected", [(0.95, 2000, 2000), (0.99, 100, 1000), (0.999, 3000, 10000)])
+def test_draws_are_raised_until_each_tail_holds_enough(level, draws, expected):
+    """Each tail of a level-L interval holds (1 - L) / 2 of the draws: at least TAIL_DRAWS (5) of them."""
+    from leanlm.claims.stats import draws_for
+
+    assert draws_for(level, draws) == expected
