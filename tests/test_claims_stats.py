@@ -215,3 +215,13 @@ def test_draws_are_raised_until_each_tail_holds_enough(level, draws, expected):
     from leanlm.claims.stats import draws_for
 
     assert draws_for(level, draws) == expected
+
+
+@pytest.mark.parametrize("draws", [1, 2000, 2500, 4001])
+def test_many_draws_are_made_in_chunks_adding_up_to_the_draws_asked(draws):
+    from leanlm.claims.stats import _effect_draws
+
+    scores = SeedScores(seed=0, value=0.5, statistic="mean", examples={"score": np.linspace(0, 1, 50)}, eval_set="t")
+    ms = {"a": Measurement((scores,)), "b": Measurement((scores,))}
+    out = _effect_draws(ms, lambda d: d["a"] - d["b"], draws, np.random.default_rng(0), None)
+    assert out.shape == (draws,)
